@@ -1,0 +1,3 @@
+"""deltaport: Delta Sharing, whole, in Python."""
+
+__version__ = "0.1.0"

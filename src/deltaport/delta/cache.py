@@ -1,0 +1,62 @@
+"""A memory-bounded LRU of snapshots, shared by every table that uses it."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from deltaport.delta.snapshot import Snapshot
+
+
+class SnapshotCache:
+    """LRU keyed by (table URI, version), bounded by entry count and by Arrow bytes held."""
+
+    def __init__(self, max_entries: int = 64, max_bytes: int = 2 << 30) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, table_uri: str, version: int) -> Snapshot | None:
+        with self._lock:
+            snap = self._items.get((table_uri, version))
+            if snap is not None:
+                self._items.move_to_end((table_uri, version))
+            return snap
+
+    def best_base(self, table_uri: str, version: int) -> Snapshot | None:
+        """The cached snapshot of this table with the greatest version not above ``version``."""
+        with self._lock:
+            best = None
+            for (uri, v), snap in self._items.items():
+                if uri == table_uri and v <= version and (best is None or v > best.version):
+                    best = snap
+            return best
+
+    def put(self, snap: Snapshot) -> None:
+        key = (snap.table_uri, snap.version)
+        size = snap.nbytes
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._items[key] = snap
+            self._bytes += size
+            while self._items and (len(self._items) > self.max_entries or self._bytes > self.max_bytes):
+                if len(self._items) == 1:
+                    break  # always keep the newest, even when it alone is over budget
+                _, evicted = self._items.popitem(last=False)
+                self._bytes -= evicted.nbytes
+
+    def invalidate(self, table_uri: str) -> None:
+        with self._lock:
+            for key in [k for k in self._items if k[0] == table_uri]:
+                self._bytes -= self._items.pop(key).nbytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def bytes_held(self) -> int:
+        return self._bytes

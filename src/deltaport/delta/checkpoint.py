@@ -1,0 +1,251 @@
+"""Checkpoints: classic, multi-part and v2 (parquet or JSON, with sidecars), read columnar.
+
+Only the ``add`` column of the (possibly huge) file actions is read; tombstones are not needed to
+reconstruct a snapshot. Struct-only stats (``stats_parsed``) are turned into the log's JSON string.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from deltaport.delta.actions import DV_TYPE, TAGS_TYPE, Metadata, Protocol, file_schema
+from deltaport.delta.commit_json import parse_actions
+from deltaport.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFile, LogFileKind
+from deltaport.errors import CorruptLog, DeltaportError, ObjectNotFound
+from deltaport.storage.base import ObjectStore
+
+_SMALL_COLUMNS = ("protocol", "metaData", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
+
+
+@dataclass
+class CheckpointData:
+    """What a checkpoint holds that a snapshot needs."""
+
+    version: int
+    adds: pa.Table
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
+    txns: list[dict[str, Any]] = field(default_factory=list)
+    domain_metadata: list[dict[str, Any]] = field(default_factory=list)
+
+
+def arrow_value_to_json(value: Any, typ: pa.DataType) -> Any:
+    """A value from ``to_pylist`` in its JSON form: maps as dicts, nested recursively."""
+    if value is None:
+        return None
+    if pa.types.is_map(typ):
+        return {k: arrow_value_to_json(v, typ.item_type) for k, v in value}
+    if pa.types.is_struct(typ):
+        return {f.name: arrow_value_to_json(value.get(f.name), f.type) for f in typ}
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        return [arrow_value_to_json(v, typ.value_type) for v in value]
+    return value
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, dt.datetime):
+        if obj.tzinfo is None:
+            obj = obj.replace(tzinfo=dt.timezone.utc)
+        return obj.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(obj, dt.date):
+        return obj.isoformat()
+    if isinstance(obj, decimal.Decimal):
+        return float(obj) if obj != obj.to_integral_value() else int(obj)
+    if isinstance(obj, bytes):
+        return base64.b64encode(obj).decode()
+    raise TypeError(f"cannot serialise {type(obj).__name__} in stats")
+
+
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def stats_parsed_to_json(arr: pa.Array) -> pa.Array:
+    """``stats_parsed`` structs as the JSON stats strings a commit would have carried."""
+    out = []
+    for row in arr.to_pylist():
+        if row is None:
+            out.append(None)
+            continue
+        row = _drop_nulls(row)
+        out.append(orjson.dumps(row, default=_json_default, option=orjson.OPT_PASSTHROUGH_DATETIME).decode())
+    return pa.array(out, pa.string())
+
+
+def _field(struct: pa.StructArray, name: str, typ: pa.DataType) -> pa.Array:
+    idx = struct.type.get_field_index(name)
+    if idx < 0:
+        return pa.nulls(len(struct), typ)
+    child = struct.field(idx)
+    if child.type == typ:
+        return child
+    if pa.types.is_struct(typ) and pa.types.is_struct(child.type):
+        parts = [_field(child, f.name, f.type) for f in typ]
+        mask = child.is_null() if child.null_count else None
+        return pa.StructArray.from_arrays(parts, fields=list(typ), mask=mask)
+    return child.cast(typ)
+
+
+def adds_from_struct(adds: pa.StructArray, pv_columns: list[str]) -> pa.Table:
+    """Canonical add table (see actions.add_fields) from a checkpoint's ``add`` column."""
+    target = file_schema("add", pv_columns)
+    n = len(adds)
+    arrays: list[pa.Array] = []
+    for f in target:
+        if f.name == "partitionValues":
+            pv_map = adds.field("partitionValues") if adds.type.get_field_index("partitionValues") >= 0 else None
+            if pv_map is None or not pv_columns:
+                cols = [pa.nulls(n, pa.string()) for _ in pv_columns]
+            else:
+                cols = [pc.map_lookup(pv_map, pa.scalar(c, pa.string()), "first").cast(pa.string()) for c in pv_columns]
+            arrays.append(pa.StructArray.from_arrays(cols, fields=list(f.type)) if pv_columns
+                          else pa.array([{}] * n, f.type))
+        elif f.name == "stats":
+            stats = _field(adds, "stats", pa.string())
+            sp_idx = adds.type.get_field_index("stats_parsed")
+            if sp_idx >= 0 and stats.null_count:
+                missing = pc.is_null(stats)
+                parsed = adds.field(sp_idx).filter(missing)
+                filled = stats_parsed_to_json(parsed)
+                stats = pc.replace_with_mask(stats, missing, filled)
+            arrays.append(stats)
+        elif f.name == "tags":
+            arrays.append(_field(adds, "tags", TAGS_TYPE))
+        elif f.name == "deletionVector":
+            arrays.append(_field(adds, "deletionVector", DV_TYPE))
+        else:
+            arrays.append(_field(adds, f.name, f.type))
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _open_parquet(store: ObjectStore, path: str) -> pq.ParquetFile:
+    local = getattr(store, "local_path", None)
+    if local is not None:
+        full = local(path)
+        if not full.exists():
+            raise ObjectNotFound(f"file not found: {path}")
+        return pq.ParquetFile(str(full), memory_map=True)
+    return pq.ParquetFile(pa.BufferReader(store.read(path)))
+
+
+def _read_parquet_actions(store: ObjectStore, path: str, pv_columns: list[str], out: CheckpointData,
+                          sidecars: list[dict[str, Any]], table: str | None) -> list[pa.Table]:
+    try:
+        pf = _open_parquet(store, path)
+        names = set(pf.schema_arrow.names)
+        small = [c for c in _SMALL_COLUMNS if c in names]
+        wanted = small + (["add"] if "add" in names else [])
+        t = pf.read(columns=wanted, use_threads=True)
+    except DeltaportError:
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        raise CorruptLog(f"checkpoint {path} cannot be read: {exc}", table=table) from exc
+    for col in small:
+        arr = t.column(col)
+        valid = arr.filter(pc.is_valid(arr))
+        for row in valid.to_pylist():
+            d = arrow_value_to_json(row, arr.type)
+            if col == "protocol":
+                out.protocol = Protocol.from_dict(d)
+            elif col == "metaData":
+                out.metadata = Metadata.from_dict(d)
+            elif col == "txn":
+                out.txns.append(d)
+            elif col == "domainMetadata":
+                out.domain_metadata.append(d)
+            elif col == "sidecar":
+                sidecars.append(d)
+    if "add" not in names:
+        return []
+    add_col = t.column("add")
+    add_col = add_col.filter(pc.is_valid(add_col)).combine_chunks()
+    if len(add_col) == 0:
+        return []
+    if add_col.type.get_field_index("path") < 0 or add_col.field("path").null_count:
+        raise CorruptLog(f"checkpoint {path} has add actions without a path", table=table)
+    return [adds_from_struct(add_col, pv_columns)]
+
+
+def read_checkpoint(store: ObjectStore, parts: list[LogFile], pv_columns: list[str] | None,
+                    *, table: str | None = None) -> CheckpointData:
+    """Read a checkpoint (all parts, and sidecars for v2).
+
+    ``pv_columns`` are the physical partition columns; None means "take them from the checkpoint's
+    own metadata" (which needs the column-mapping-aware resolver, passed in by the caller later).
+    """
+    version = parts[0].version
+    out = CheckpointData(version, file_schema("add", pv_columns or []).empty_table())
+    tables: list[pa.Table] = []
+    sidecars: list[dict[str, Any]] = []
+    for part in parts:
+        if part.kind is LogFileKind.CHECKPOINT_V2 and part.fmt == "json":
+            try:
+                data = store.read(part.path)
+            except ObjectNotFound as exc:
+                raise CorruptLog(f"checkpoint {part.path} disappeared while reading", table=table) from exc
+            af = parse_actions(data, pv_columns or [], where=part.path, table=table)
+            out.protocol = af.protocol or out.protocol
+            out.metadata = af.metadata or out.metadata
+            out.txns.extend(af.txns)
+            out.domain_metadata.extend(af.domain_metadata)
+            sidecars.extend(af.sidecars)
+            if af.adds.num_rows:
+                tables.append(af.adds)
+        else:
+            tables.extend(_read_parquet_actions(store, part.path, pv_columns or [], out, sidecars, table))
+    for sc in sidecars:
+        sc_path = sc.get("path") or ""
+        rel = sc_path if "/" in sc_path else f"{SIDECAR_DIR}/{sc_path}"
+        if "://" in sc_path:
+            raise CorruptLog(f"sidecar {sc_path} is an absolute URL, which is not supported", table=table)
+        try:
+            tables.extend(_read_parquet_actions(store, rel, pv_columns or [], out, [], table))
+        except ObjectNotFound as exc:
+            raise CorruptLog(f"checkpoint {parts[0].path} names sidecar {sc_path}, which is missing", table=table) from exc
+    if tables:
+        out.adds = pa.concat_tables(tables)
+    return out
+
+
+def checkpoint_metadata_only(store: ObjectStore, parts: list[LogFile], *, table: str | None = None) -> CheckpointData:
+    """Protocol and metadata of a checkpoint without reading its file actions."""
+    out = CheckpointData(parts[0].version, file_schema("add", []).empty_table())
+    for part in parts:
+        if part.kind is LogFileKind.CHECKPOINT_V2 and part.fmt == "json":
+            af = parse_actions(store.read(part.path), [], where=part.path, table=table)
+            out.protocol = af.protocol or out.protocol
+            out.metadata = af.metadata or out.metadata
+            continue
+        try:
+            pf = _open_parquet(store, part.path)
+            names = [c for c in ("protocol", "metaData") if c in pf.schema_arrow.names]
+            t = pf.read(columns=names)
+        except DeltaportError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            raise CorruptLog(f"checkpoint {part.path} cannot be read: {exc}", table=table) from exc
+        for col in names:
+            arr = t.column(col)
+            for row in arr.filter(pc.is_valid(arr)).to_pylist():
+                d = arrow_value_to_json(row, arr.type)
+                if col == "protocol":
+                    out.protocol = Protocol.from_dict(d)
+                else:
+                    out.metadata = Metadata.from_dict(d)
+        if out.protocol and out.metadata:
+            break
+    return out
+
+
+__all__ = ["CheckpointData", "read_checkpoint", "checkpoint_metadata_only", "adds_from_struct", "LOG_DIR"]

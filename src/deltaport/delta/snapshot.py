@@ -1,0 +1,96 @@
+"""A table at one version: protocol, metadata and the live files (an Arrow table)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltaport.delta.actions import Metadata, Protocol, row_to_action
+from deltaport.delta.replay import KEY
+from deltaport.delta.schema import Schema
+from deltaport.delta.table_config import TableConfig
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """Immutable: safe to share between concurrent requests."""
+
+    table_uri: str
+    version: int
+    config: TableConfig
+    live: pa.Table  # canonical add columns + ``_key``
+    timestamp: int | None  # commit time of ``version`` in ms
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.config.protocol
+
+    @property
+    def metadata(self) -> Metadata:
+        return self.config.metadata
+
+    @property
+    def schema(self) -> Schema:
+        return self.config.schema
+
+    @property
+    def partition_columns(self) -> list[str]:
+        return self.config.partition_columns
+
+    @property
+    def num_files(self) -> int:
+        return self.live.num_rows
+
+    @cached_property
+    def size_in_bytes(self) -> int:
+        if self.live.num_rows == 0:
+            return 0
+        return int(pc.sum(self.live.column("size")).as_py() or 0)
+
+    @property
+    def nbytes(self) -> int:
+        return self.live.nbytes
+
+    def files(self) -> pa.Table:
+        """The live add actions as Arrow, in the log's field names (no internal columns)."""
+        return self.live.drop_columns([c for c in self.live.column_names if c.startswith("_")])
+
+    def add_actions(self, indices: Sequence[int] | pa.Array | None = None, *, batch_size: int = 4096) -> Iterator[dict[str, Any]]:
+        """Add actions as dicts in log form, for the rows at ``indices`` (all when None).
+
+        Rows are converted in batches, so a caller streaming a response holds one batch at a time.
+        """
+        table = self.files()
+        if indices is not None:
+            table = table.take(indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int64()))
+        for batch in table.to_batches(max_chunksize=batch_size):
+            for row in batch.to_pylist():
+                yield row_to_action(row)
+
+    def summary(self) -> dict[str, Any]:
+        """A short description of the snapshot (for humans and the inspect command)."""
+        return {
+            "table": self.table_uri,
+            "version": self.version,
+            "timestamp": self.timestamp,
+            "protocol": self.protocol.to_dict(),
+            "features": self.config.features,
+            "id": self.metadata.id,
+            "name": self.metadata.name,
+            "schema": [
+                {"name": f.name, "type": f.type, "nullable": f.nullable} for f in self.schema.fields
+            ],
+            "partitionColumns": self.partition_columns,
+            "configuration": dict(self.metadata.configuration),
+            "numFiles": self.num_files,
+            "sizeInBytes": self.size_in_bytes,
+            "createdTime": self.metadata.created_time,
+        }
+
+
+__all__ = ["Snapshot", "KEY"]

@@ -1,0 +1,286 @@
+"""The entry point of the Delta log engine: one table, its snapshots, history and changes.
+
+Snapshots are cached (see cache.py) and brought up to date incrementally: a request for the
+latest version lists only the log files after the newest cached version and replays just those
+commits on top of the cached live files.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from deltaport.delta.cache import SnapshotCache
+from deltaport.delta.checkpoint import checkpoint_metadata_only, read_checkpoint
+from deltaport.delta.commit_json import parse_actions, peek_in_commit_timestamp, peek_protocol_metadata
+from deltaport.delta.history import CommitHistory, parse_timestamp
+from deltaport.delta.log_path import LogFile
+from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log
+from deltaport.delta.replay import replay
+from deltaport.delta.snapshot import Snapshot
+from deltaport.delta.table_changes import CommitChanges
+from deltaport.delta.table_config import TableConfig
+from deltaport.errors import CorruptLog, NotADeltaTable, ObjectNotFound, VersionNotFound
+from deltaport.storage import store_for
+from deltaport.storage.base import ObjectStore
+
+_default_cache: SnapshotCache | None = None
+_default_cache_lock = threading.Lock()
+
+
+def default_cache() -> SnapshotCache:
+    """The process-wide snapshot cache, created on first use."""
+    global _default_cache
+    with _default_cache_lock:
+        if _default_cache is None:
+            _default_cache = SnapshotCache()
+        return _default_cache
+
+
+class DeltaTable:
+    """A Delta table at a location (path, ``file://`` URI or object-store URL)."""
+
+    def __init__(self, location: str, *, store: ObjectStore | None = None,
+                 storage_options: Mapping[str, Any] | None = None, cache: SnapshotCache | None = None) -> None:
+        self.location = str(location)
+        self.store = store if store is not None else store_for(self.location, storage_options)
+        self.uri = self.store.root_uri
+        self.cache = cache if cache is not None else default_cache()
+        self._lock = threading.RLock()
+        self._listing: LogListing | None = None
+        self._ict: dict[int, int | None] = {}
+        self._configs: dict[int, TableConfig] = {}
+
+    def __repr__(self) -> str:
+        return f"DeltaTable({self.uri!r})"
+
+    # --- the log ----------------------------------------------------------------------------
+
+    def refresh_listing(self) -> LogListing:
+        """List the log, only after the newest known version when it was listed before."""
+        with self._lock:
+            if self._listing is None or self._listing.latest_commit is None:
+                self._listing = list_log(self.store, table=self.uri)
+            else:
+                newer = list_log(self.store, start_after_version=self._listing.latest_commit, table=self.uri)
+                self._listing.commits.update(newer.commits)
+                for v, sets in newer.checkpoints.items():
+                    self._listing.checkpoints.setdefault(v, []).extend(sets)
+                self._listing.compacted.extend(newer.compacted)
+                self._listing.crcs.update(newer.crcs)
+            if self._listing.latest_commit is None and not self._listing.checkpoints:
+                raise NotADeltaTable(
+                    "not a Delta table: no _delta_log directory, or it holds no commit files", table=self.uri
+                )
+            return self._listing
+
+    def latest_version(self) -> int:
+        listing = self.refresh_listing()
+        latest = listing.latest_commit
+        return latest if latest is not None else max(listing.checkpoints)
+
+    def earliest_version(self) -> int:
+        """The first version that can still be reconstructed from the log."""
+        listing = self.refresh_listing()
+        earliest = listing.earliest_reconstructable()
+        if earliest is None:
+            raise VersionNotFound("no version of this table can be reconstructed: commit 0 and every "
+                                  "checkpoint are missing", table=self.uri)
+        return earliest
+
+    def _read_commit(self, lf: LogFile) -> bytes:
+        try:
+            return self.store.read(lf.path)
+        except ObjectNotFound as exc:
+            raise VersionNotFound(f"commit file {lf.path} disappeared from the log", table=self.uri) from exc
+
+    # --- configuration (protocol + metadata) ------------------------------------------------
+
+    def config_at(self, version: int, *, check: bool = True) -> TableConfig:
+        """Protocol and metadata in effect at ``version``, without reading file actions."""
+        cached = self._configs.get(version)
+        if cached is not None:
+            return cached
+        listing = self.refresh_listing()
+        segment = build_segment(listing, version, table=self.uri)
+        protocol, metadata = self._newest_protocol_metadata(segment, {})
+        cfg = TableConfig.build(protocol, metadata, table=self.uri, check=check)
+        if check:
+            self._configs[version] = cfg
+        return cfg
+
+    def _newest_protocol_metadata(self, segment: LogSegment, commit_bytes: dict[int, bytes]):
+        protocol = metadata = None
+        for lf in reversed(segment.commits):
+            data = commit_bytes.get(lf.version)
+            if data is None:
+                data = self._read_commit(lf)
+            p, m = peek_protocol_metadata(data, where=lf.path, table=self.uri)
+            protocol = protocol or p
+            metadata = metadata or m
+            if protocol and metadata:
+                return protocol, metadata
+        if segment.checkpoint_parts:
+            cp = checkpoint_metadata_only(self.store, list(segment.checkpoint_parts), table=self.uri)
+            protocol = protocol or cp.protocol
+            metadata = metadata or cp.metadata
+        return protocol, metadata
+
+    # --- snapshots --------------------------------------------------------------------------
+
+    def snapshot(self, version: int | None = None, *, timestamp: str | int | None = None) -> Snapshot:
+        """The table at ``version`` (or at the latest commit at or before ``timestamp``; else latest)."""
+        if version is not None and timestamp is not None:
+            raise ValueError("give a version or a timestamp, not both")
+        with self._lock:
+            listing = self.refresh_listing()
+            if timestamp is not None:
+                version = self.history().version_at_or_before(parse_timestamp(timestamp))
+            if version is None:
+                version = self.latest_version()
+            cached = self.cache.get(self.uri, version)
+            if cached is not None:
+                return cached
+            base = self.cache.best_base(self.uri, version)
+            snap = None
+            if base is not None and all(v in listing.commits for v in range(base.version + 1, version + 1)):
+                snap = self._apply_commits(base, [listing.commits[v] for v in range(base.version + 1, version + 1)])
+            if snap is None:
+                snap = self._load(listing, version)
+            self.cache.put(snap)
+            return snap
+
+    def _apply_commits(self, base: Snapshot, commits: list[LogFile]) -> Snapshot | None:
+        """``base`` brought forward by ``commits``; None when partitioning changed (full load)."""
+        datas = {lf.version: self._read_commit(lf) for lf in commits}
+        protocol, metadata = base.protocol, base.metadata
+        for lf in commits:
+            p, m = peek_protocol_metadata(datas[lf.version], where=lf.path, table=self.uri)
+            protocol, metadata = p or protocol, m or metadata
+        config = TableConfig.build(protocol, metadata, table=self.uri)
+        pv = config.physical_partition_columns
+        if pv != base.config.physical_partition_columns:
+            return None
+        parsed = [parse_actions(datas[lf.version], pv, where=lf.path, table=self.uri) for lf in commits]
+        live = replay(base.live, [(a.adds, a.removes) for a in parsed], self.uri)
+        version = commits[-1].version
+        return Snapshot(self.uri, version, config, live, self._timestamp_of(version))
+
+    def _load(self, listing: LogListing, version: int) -> Snapshot:
+        excluded: set[int] = set()
+        while True:
+            segment = build_segment(listing, version, table=self.uri, exclude_checkpoints=frozenset(excluded))
+            try:
+                return self._load_segment(segment)
+            except CorruptLog:
+                # a broken checkpoint: fall back to an older one (or commit 0) when the log allows
+                if segment.checkpoint_version is None:
+                    raise
+                excluded.add(segment.checkpoint_version)
+                try:
+                    build_segment(listing, version, table=self.uri, exclude_checkpoints=frozenset(excluded))
+                except VersionNotFound:
+                    excluded.discard(segment.checkpoint_version)
+                    return self._load_segment(segment)  # re-raise the checkpoint's own error
+
+    def _load_segment(self, segment: LogSegment) -> Snapshot:
+        datas = {lf.version: self._read_commit(lf) for lf in segment.commits}
+        protocol, metadata = self._newest_protocol_metadata(segment, datas)
+        config = TableConfig.build(protocol, metadata, table=self.uri)
+        pv = config.physical_partition_columns
+        base = None
+        if segment.checkpoint_parts:
+            cp = read_checkpoint(self.store, list(segment.checkpoint_parts), pv, table=self.uri)
+            base = cp.adds
+        parsed = [(lf, parse_actions(datas.pop(lf.version), pv, where=lf.path, table=self.uri)) for lf in segment.commits]
+        live = replay(base, [(a.adds, a.removes) for _, a in parsed], self.uri)
+        if live is None:
+            from deltaport.delta.actions import file_schema
+            from deltaport.delta.replay import with_keys
+
+            live = with_keys(file_schema("add", pv).empty_table())
+        return Snapshot(self.uri, segment.version, config, live, self._timestamp_of(segment.version))
+
+    # --- history ----------------------------------------------------------------------------
+
+    def history(self) -> CommitHistory:
+        """Commit timestamps of every commit still in the log."""
+        listing = self.refresh_listing()
+        mtimes = {v: lf.info.mtime_ms for v, lf in listing.commits.items()}
+        ict_from = None
+        if listing.latest_commit is not None:
+            try:
+                cfg = self.config_at(listing.latest_commit, check=False)
+            except (VersionNotFound, CorruptLog):
+                cfg = None
+            if cfg is not None and cfg.in_commit_timestamps_enabled:
+                ict_from = cfg.in_commit_timestamp_enablement_version or 0
+        return CommitHistory.build(mtimes, ict_from=ict_from, read_ict=self._read_ict, table=self.uri)
+
+    def _read_ict(self, version: int) -> int | None:
+        if version not in self._ict:
+            lf = self.refresh_listing().commits.get(version)
+            self._ict[version] = peek_in_commit_timestamp(self._read_commit(lf)) if lf else None
+        return self._ict[version]
+
+    def _timestamp_of(self, version: int) -> int | None:
+        try:
+            return self.history().timestamp_of(version)
+        except (VersionNotFound, CorruptLog):
+            return None
+
+    def version_at_or_before(self, timestamp: str | int) -> int:
+        return self.history().version_at_or_before(parse_timestamp(timestamp))
+
+    def version_at_or_after(self, timestamp: str | int) -> int:
+        return self.history().version_at_or_after(parse_timestamp(timestamp))
+
+    # --- changes ----------------------------------------------------------------------------
+
+    def changes(self, start: int, end: int | None = None) -> list[CommitChanges]:
+        """Every commit in [start, end] (end defaults to latest), with its file actions."""
+        listing = self.refresh_listing()
+        latest = self.latest_version()
+        if end is None:
+            end = latest
+        if start < 0:
+            raise VersionNotFound(f"starting version {start} is invalid: versions start at 0", table=self.uri)
+        if start > latest:
+            raise VersionNotFound(
+                f"starting version {start} is after the latest version of the table ({latest})", table=self.uri
+            )
+        if end < start:
+            raise VersionNotFound(f"version range [{start}, {end}] is invalid: end is before start", table=self.uri)
+        if end > latest:
+            raise VersionNotFound(f"ending version {end} is after the latest version of the table ({latest})",
+                                  table=self.uri)
+        missing = [v for v in range(start, end + 1) if v not in listing.commits]
+        if missing:
+            raise VersionNotFound(
+                f"changes for versions {start}..{end} cannot be read: commit {missing[0]} is no longer in the log",
+                table=self.uri,
+            )
+        history = self.history()
+        config = self.config_at(start - 1) if start > 0 else None
+        out: list[CommitChanges] = []
+        for v in range(start, end + 1):
+            lf = listing.commits[v]
+            data = self._read_commit(lf)
+            p, m = peek_protocol_metadata(data, where=lf.path, table=self.uri)
+            if p is not None or m is not None or config is None:
+                config = TableConfig.build(p or (config.protocol if config else None),
+                                           m or (config.metadata if config else None), table=self.uri)
+            af = parse_actions(data, config.physical_partition_columns, where=lf.path, table=self.uri)
+            out.append(CommitChanges(v, history.timestamp_of(v), af.adds, af.removes, af.cdcs,
+                                     af.protocol, af.metadata, af.commit_info, config))
+        return out
+
+
+def empty_live(pv: list[str]) -> pa.Table:
+    from deltaport.delta.actions import file_schema
+    from deltaport.delta.replay import with_keys
+
+    return with_keys(file_schema("add", pv).empty_table())

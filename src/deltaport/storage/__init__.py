@@ -1,0 +1,71 @@
+"""Storage: the ObjectStore seam and a URL-scheme registry.
+
+``store_for("s3://bucket/table", options)`` picks the implementation by URL scheme; plain paths and
+``file://`` URIs get the local store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from deltaport.errors import StorageError
+from deltaport.storage.base import FileInfo, ObjectStore
+from deltaport.storage.local import LocalStore
+
+__all__ = ["FileInfo", "ObjectStore", "LocalStore", "store_for", "is_local", "local_path_of"]
+
+#: URL schemes served by obstore, mapped to their canonical scheme.
+OBJECT_STORE_SCHEMES = {
+    "s3": "s3", "s3a": "s3", "s3n": "s3",
+    "az": "az", "abfs": "abfs", "abfss": "abfs", "adl": "az", "azure": "az", "wasb": "wasb", "wasbs": "wasb",
+    "gs": "gs", "gcs": "gs",
+    "http": "http", "https": "https", "memory": "memory",
+}
+
+
+def is_local(location: str) -> bool:
+    scheme = urlparse(location).scheme.lower()
+    return scheme in ("", "file") or (len(scheme) == 1 and location[1:3] in (":\\", ":/"))
+
+
+def local_path_of(location: str) -> str:
+    """File-system path of a plain path or ``file://`` URI."""
+    if location.lower().startswith("file:"):
+        parsed = urlparse(location)
+        return unquote(parsed.path)
+    return location
+
+
+def _normalise_object_url(location: str) -> str:
+    parsed = urlparse(location)
+    scheme = parsed.scheme.lower()
+    if scheme in ("s3a", "s3n"):
+        return "s3://" + location.split("://", 1)[1]
+    if scheme in ("wasb", "wasbs", "abfss"):
+        # wasbs://container@account.blob.core.windows.net/path -> az://container/path with account
+        return location.replace(parsed.scheme + "://", "abfs://" if scheme == "abfss" else "az://", 1) \
+            if "@" not in parsed.netloc else f"az://{parsed.netloc.split('@', 1)[0]}{parsed.path}"
+    if scheme == "gcs":
+        return "gs://" + location.split("://", 1)[1]
+    return location
+
+
+def store_for(location: str, options: Mapping[str, Any] | None = None) -> ObjectStore:
+    """An ObjectStore rooted at ``location`` (a path or URI)."""
+    if is_local(location):
+        return LocalStore(local_path_of(location))
+    scheme = urlparse(location).scheme.lower()
+    if scheme not in OBJECT_STORE_SCHEMES:
+        raise StorageError(
+            f"unsupported storage scheme '{scheme}' in {location!r}: use a local path, file://, "
+            "s3://, az://, abfss://, wasbs:// or gs://"
+        )
+    opts = dict(options or {})
+    if scheme in ("wasb", "wasbs", "abfss", "abfs") and "@" in urlparse(location).netloc:
+        account = urlparse(location).netloc.split("@", 1)[1].split(".", 1)[0]
+        opts.setdefault("account_name", account)
+    from deltaport.storage.object_store import ObstoreStore
+
+    return ObstoreStore(_normalise_object_url(location), opts)
