@@ -211,7 +211,7 @@ def _slow_parse(data: bytes, pv_columns: list[str], where: str, table: str | Non
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            what = "truncated" if i == len(lines) or (i == len(lines) - 1 and not lines[-1]) else "invalid"
+            what = "truncated" if i == len(lines) and not data.endswith(b"\n") else "invalid"
             raise CorruptLog(f"{where} line {i}: {what} JSON ({exc})", table=table) from exc
         if not isinstance(obj, dict):
             raise CorruptLog(f"{where} line {i}: an action must be a JSON object", table=table)

@@ -116,7 +116,7 @@ def build_segment(listing: LogListing, version: int | None, *, table: str | None
         return LogSegment(version, None, (), tuple(listing.commits[v] for v in range(0, version + 1)))
     missing = [v for v in range(0, version + 1) if v not in listing.commits]
     earliest = listing.earliest_reconstructable()
-    hint = f"; the earliest version that can be read is {earliest}" if earliest is not None and earliest <= version else ""
+    hint = f"; the earliest version that can be read is {earliest}" if earliest is not None else ""
     raise VersionNotFound(
         f"cannot reconstruct version {version}: commit {missing[-1] if missing else '?'} is missing from "
         f"_delta_log and no checkpoint covers it{hint}",

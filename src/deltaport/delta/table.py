@@ -146,7 +146,9 @@ class DeltaTable:
                 return cached
             base = self.cache.best_base(self.uri, version)
             snap = None
-            if base is not None and all(v in listing.commits for v in range(base.version + 1, version + 1)):
+            # a checkpoint in between is what other readers use: prefer it over the cached base
+            if base is not None and all(v in listing.commits for v in range(base.version + 1, version + 1)) \
+                    and not any(base.version < cp <= version for cp in listing.checkpoints):
                 snap = self._apply_commits(base, [listing.commits[v] for v in range(base.version + 1, version + 1)])
             if snap is None:
                 snap = self._load(listing, version)

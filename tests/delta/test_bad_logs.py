@@ -1,0 +1,232 @@
+"""Broken logs and bad arguments give specific errors naming the table, version or file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from deltaport.delta import DeltaTable, SnapshotCache
+from deltaport.errors import (
+    CorruptLog,
+    DeltaportError,
+    NotADeltaTable,
+    TimestampOutOfRange,
+    VersionNotFound,
+)
+
+SHARED = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared"))
+TABLES = SHARED / "delta-tables"
+
+
+def _table(path: Path) -> DeltaTable:
+    return DeltaTable(str(path), cache=SnapshotCache())
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    dst = tmp_path / name.replace("/", "_")
+    shutil.copytree(TABLES / name, dst)
+    for root, dirs, files in os.walk(dst):  # the corpus is read-only
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    return dst
+
+
+def _commit(path: Path, version: int, *actions: dict) -> None:
+    log = path / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    (log / f"{version:020d}.json").write_bytes(b"\n".join(orjson.dumps(a) for a in actions) + b"\n")
+
+
+PROTOCOL = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
+METADATA = {
+    "metaData": {
+        "id": "t1",
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": '{"type":"struct","fields":[{"name":"x","type":"long","nullable":true,"metadata":{}}]}',
+        "partitionColumns": [],
+        "configuration": {},
+        "createdTime": 1,
+    }
+}
+
+
+def _add(path: str) -> dict:
+    return {"add": {"path": path, "partitionValues": {}, "size": 10, "modificationTime": 1, "dataChange": True}}
+
+
+def test_no_delta_log(tmp_path):
+    with pytest.raises(NotADeltaTable) as err:
+        _table(tmp_path).snapshot()
+    assert str(tmp_path) in str(err.value)
+    assert "_delta_log" in str(err.value)
+    assert (err.value.http_status, err.value.error_code) == (400, "RESOURCE_DOES_NOT_EXIST")
+
+
+def test_empty_log(tmp_path):
+    (tmp_path / "_delta_log").mkdir()
+    with pytest.raises(NotADeltaTable, match="no commit files"):
+        _table(tmp_path).snapshot()
+
+
+def test_truncated_commit_line_names_file_and_line(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
+    with open(tmp_path / "_delta_log" / f"{1:020d}.json", "wb") as fh:
+        fh.write(orjson.dumps(_add("b.parquet")) + b"\n" + b'{"add":{"path":"c.parq')
+    with pytest.raises(CorruptLog) as err:
+        _table(tmp_path).snapshot()
+    msg = str(err.value)
+    assert "00000000000000000001.json line 2" in msg
+    assert "truncated" in msg
+    assert str(tmp_path) in msg
+    assert err.value.http_status == 400
+
+
+def test_non_json_commit_line(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA)
+    (tmp_path / "_delta_log" / f"{1:020d}.json").write_bytes(b"this is not json\n")
+    with pytest.raises(CorruptLog, match=r"00000000000000000001\.json line 1: invalid JSON"):
+        _table(tmp_path).snapshot()
+
+
+def test_action_that_is_not_an_object(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA)
+    (tmp_path / "_delta_log" / f"{1:020d}.json").write_bytes(b"[1, 2]\n")
+    with pytest.raises(CorruptLog, match="must be a JSON object"):
+        _table(tmp_path).snapshot()
+
+
+def test_add_without_path(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA, {"add": {"size": 3}})
+    with pytest.raises(CorruptLog, match="add action without a path"):
+        _table(tmp_path).snapshot()
+
+
+def test_missing_protocol_or_metadata(tmp_path):
+    _commit(tmp_path, 0, METADATA, _add("a.parquet"))
+    with pytest.raises(CorruptLog, match="no protocol action"):
+        _table(tmp_path).snapshot()
+    other = tmp_path / "other"
+    _commit(other, 0, PROTOCOL, _add("a.parquet"))
+    with pytest.raises(CorruptLog, match="no metaData action"):
+        _table(other).snapshot()
+
+
+def test_version_out_of_range(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
+    _commit(tmp_path, 1, _add("b.parquet"))
+    table = _table(tmp_path)
+    with pytest.raises(VersionNotFound, match="cannot load table version 5: the latest version is 1"):
+        table.snapshot(5)
+    with pytest.raises(VersionNotFound, match="versions start at 0"):
+        table.snapshot(-1)
+    assert table.snapshot(1).num_files == 2
+
+
+def test_missing_commit_without_checkpoint(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
+    _commit(tmp_path, 1, _add("b.parquet"))
+    _commit(tmp_path, 2, _add("c.parquet"))
+    (tmp_path / "_delta_log" / f"{1:020d}.json").unlink()
+    table = _table(tmp_path)
+    with pytest.raises(VersionNotFound) as err:
+        table.snapshot()
+    assert "cannot reconstruct version 2" in str(err.value)
+    assert "commit 1 is missing" in str(err.value)
+    assert table.snapshot(0).num_files == 1  # what can be read still reads
+
+
+def test_commits_removed_before_checkpoint(tmp_path):
+    t = _copy("with_checkpoint_no_last_checkpoint", tmp_path)
+    for v in (0, 1):
+        (t / "_delta_log" / f"{v:020d}.json").unlink()
+    table = _table(t)
+    assert table.earliest_version() == 2
+    assert table.snapshot().version == 3
+    with pytest.raises(VersionNotFound, match="the earliest version that can be read is 2"):
+        table.snapshot(1)
+
+
+def test_missing_commit_after_checkpoint(tmp_path):
+    t = _copy("with_checkpoint_no_last_checkpoint", tmp_path)
+    (t / "_delta_log" / f"{3:020d}.json").rename(t / "_delta_log" / f"{4:020d}.json")
+    with pytest.raises(VersionNotFound, match="commit 3 is missing"):
+        _table(t).snapshot()
+
+
+def test_corrupt_checkpoint_without_fallback(tmp_path):
+    t = _copy("with_checkpoint_no_last_checkpoint", tmp_path)
+    (t / "_delta_log" / f"{0:020d}.json").unlink()  # no way around the checkpoint
+    cp = next((t / "_delta_log").glob("*.checkpoint.parquet"))
+    cp.write_bytes(b"PAR1 garbage")
+    with pytest.raises(CorruptLog) as err:
+        _table(t).snapshot()
+    assert cp.name in str(err.value)
+
+
+def test_corrupt_checkpoint_falls_back_to_commits(tmp_path):
+    t = _copy("with_checkpoint_no_last_checkpoint", tmp_path)
+    expected = sorted(_table(TABLES / "with_checkpoint_no_last_checkpoint").snapshot().files().column("path").to_pylist())
+    cp = next((t / "_delta_log").glob("*.checkpoint.parquet"))
+    cp.write_bytes(b"PAR1 garbage")
+    snap = _table(t).snapshot()
+    assert sorted(snap.files().column("path").to_pylist()) == expected
+
+
+@pytest.mark.parametrize("content", [b"", b"{not json", b'{"version": "x"}', b'{"version": 99}'])
+def test_last_checkpoint_corrupt_or_stale_is_ignored(tmp_path, content):
+    t = _copy("v2-checkpoints-parquet-with-sidecars", tmp_path)
+    expected = sorted(_table(TABLES / "v2-checkpoints-parquet-with-sidecars").snapshot().files().column("path").to_pylist())
+    (t / "_delta_log" / "_last_checkpoint").write_bytes(content)
+    assert sorted(_table(t).snapshot().files().column("path").to_pylist()) == expected
+
+
+def test_timestamp_outside_history(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
+    _commit(tmp_path, 1, _add("b.parquet"))
+    log = tmp_path / "_delta_log"
+    os.utime(log / f"{0:020d}.json", (1_600_000_000, 1_600_000_000))
+    os.utime(log / f"{1:020d}.json", (1_700_000_000, 1_700_000_000))
+    table = _table(tmp_path)
+    with pytest.raises(TimestampOutOfRange, match="before the earliest available version 0") as err:
+        table.snapshot(timestamp="2000-01-01T00:00:00Z")
+    assert str(tmp_path) in str(err.value)
+    with pytest.raises(TimestampOutOfRange, match="after the latest available version 1"):
+        table.snapshot(timestamp="2030-01-01T00:00:00Z")
+    with pytest.raises(TimestampOutOfRange, match="after the latest"):
+        table.version_at_or_after("2030-01-01T00:00:00Z")
+    assert table.snapshot(timestamp="2022-01-01T00:00:00Z").version == 0
+    assert table.version_at_or_after("2022-01-01T00:00:00Z") == 1
+    assert table.version_at_or_after("2000-01-01T00:00:00Z") == 0
+
+
+def test_changes_range_errors(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
+    _commit(tmp_path, 1, _add("b.parquet"))
+    table = _table(tmp_path)
+    with pytest.raises(VersionNotFound, match="after the latest version of the table"):
+        table.changes(3)
+    with pytest.raises(VersionNotFound, match="end is before start"):
+        table.changes(1, 0)
+    assert [c.version for c in table.changes(0)] == [0, 1]
+
+
+def test_every_error_is_a_deltaport_error_with_a_status(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA)
+    (tmp_path / "_delta_log" / f"{1:020d}.json").write_bytes(b"\x00\xff garbage\n")
+    with pytest.raises(DeltaportError) as err:
+        _table(tmp_path).snapshot()
+    assert 400 <= err.value.http_status < 500
+    assert err.value.error_code
+
+
+def test_absolute_path_inside_root_matches_relative_add(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"), _add("b.parquet"))
+    root = tmp_path.resolve().as_uri()
+    _commit(tmp_path, 1, {"remove": {"path": f"{root}/a.parquet", "deletionTimestamp": 2, "dataChange": True}})
+    assert _table(tmp_path).snapshot().files().column("path").to_pylist() == ["b.parquet"]
