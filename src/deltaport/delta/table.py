@@ -104,7 +104,12 @@ class DeltaTable:
         cached = self._configs.get(version)
         if cached is not None:
             return cached
-        listing = self.refresh_listing()
+        return self._config_in(self.refresh_listing(), version, check=check)
+
+    def _config_in(self, listing: LogListing, version: int, *, check: bool = True) -> TableConfig:
+        cached = self._configs.get(version)
+        if cached is not None:
+            return cached
         segment = build_segment(listing, version, table=self.uri)
         protocol, metadata = self._newest_protocol_metadata(segment, {})
         cfg = TableConfig.build(protocol, metadata, table=self.uri, check=check)
@@ -138,9 +143,9 @@ class DeltaTable:
         with self._lock:
             listing = self.refresh_listing()
             if timestamp is not None:
-                version = self.history().version_at_or_before(parse_timestamp(timestamp))
+                version = self.history(listing).version_at_or_before(parse_timestamp(timestamp))
             if version is None:
-                version = self.latest_version()
+                version = listing.latest_commit if listing.latest_commit is not None else max(listing.checkpoints)
             cached = self.cache.get(self.uri, version)
             if cached is not None:
                 return cached
@@ -208,14 +213,14 @@ class DeltaTable:
 
     # --- history ----------------------------------------------------------------------------
 
-    def history(self) -> CommitHistory:
+    def history(self, listing: LogListing | None = None) -> CommitHistory:
         """Commit timestamps of every commit still in the log."""
-        listing = self.refresh_listing()
+        listing = listing or self.refresh_listing()
         mtimes = {v: lf.info.mtime_ms for v, lf in listing.commits.items()}
         ict_from = None
         if listing.latest_commit is not None:
             try:
-                cfg = self.config_at(listing.latest_commit, check=False)
+                cfg = self._config_in(listing, listing.latest_commit, check=False)
             except (VersionNotFound, CorruptLog):
                 cfg = None
             if cfg is not None and cfg.in_commit_timestamps_enabled:
@@ -224,13 +229,13 @@ class DeltaTable:
 
     def _read_ict(self, version: int) -> int | None:
         if version not in self._ict:
-            lf = self.refresh_listing().commits.get(version)
+            lf = self._listing.commits.get(version) if self._listing else None
             self._ict[version] = peek_in_commit_timestamp(self._read_commit(lf)) if lf else None
         return self._ict[version]
 
     def _timestamp_of(self, version: int) -> int | None:
         try:
-            return self.history().timestamp_of(version)
+            return self.history(self._listing).timestamp_of(version)
         except (VersionNotFound, CorruptLog):
             return None
 
@@ -245,7 +250,7 @@ class DeltaTable:
     def changes(self, start: int, end: int | None = None) -> list[CommitChanges]:
         """Every commit in [start, end] (end defaults to latest), with its file actions."""
         listing = self.refresh_listing()
-        latest = self.latest_version()
+        latest = listing.latest_commit if listing.latest_commit is not None else max(listing.checkpoints)
         if end is None:
             end = latest
         if start < 0:
@@ -265,8 +270,8 @@ class DeltaTable:
                 f"changes for versions {start}..{end} cannot be read: commit {missing[0]} is no longer in the log",
                 table=self.uri,
             )
-        history = self.history()
-        config = self.config_at(start - 1) if start > 0 else None
+        history = self.history(listing)
+        config = self._config_in(listing, start - 1) if start > 0 else None
         out: list[CommitChanges] = []
         for v in range(start, end + 1):
             lf = listing.commits[v]
