@@ -28,7 +28,9 @@ METADATA = {
 def _commit(path: Path, version: int, *actions: dict) -> None:
     log = path / "_delta_log"
     log.mkdir(parents=True, exist_ok=True)
-    (log / f"{version:020d}.json").write_bytes(b"\n".join(orjson.dumps(a) for a in actions) + b"\n")
+    tmp = log / f".{version:020d}.json.tmp"  # write, then rename into place, as Delta writers do
+    tmp.write_bytes(b"\n".join(orjson.dumps(a) for a in actions) + b"\n")
+    tmp.rename(log / f"{version:020d}.json")
 
 
 def _add(name: str, p: str = "a", dv: dict | None = None) -> dict:

@@ -29,3 +29,29 @@ def np_bool_array(values: np.ndarray) -> pa.BooleanArray:
     """A numpy bool array as an Arrow boolean array."""
     packed = np.packbits(np.ascontiguousarray(values, dtype=bool), bitorder="little")
     return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(packed)])
+
+
+def keep_runs(mask: np.ndarray, max_runs: int = 4096) -> list[tuple[int, int]] | None:
+    """(start, length) of each run of True in ``mask``, or None when there are too many runs."""
+    if mask.all():
+        return [(0, len(mask))] if len(mask) else []
+    padded = np.concatenate(([False], mask, [False])).astype(np.int8)
+    edges = np.flatnonzero(np.diff(padded))
+    starts, stops = edges[0::2], edges[1::2]
+    if len(starts) > max_runs:
+        return None
+    return [(int(a), int(b - a)) for a, b in zip(starts, stops)]
+
+
+def select_rows(data, mask: np.ndarray):
+    """Rows of a Table / ChunkedArray where ``mask`` is True, zero-copy slices when runs are few."""
+    runs = keep_runs(mask)
+    if runs is None:
+        return data.filter(np_bool_array(mask))
+    if len(runs) == 1 and runs[0] == (0, len(mask)):
+        return data
+    pieces = [data.slice(a, n) for a, n in runs]
+    if isinstance(data, pa.Table):
+        return pa.concat_tables(pieces) if pieces else data.slice(0, 0)
+    chunks = [c for p in pieces for c in p.chunks]
+    return pa.chunked_array(chunks, type=data.type)

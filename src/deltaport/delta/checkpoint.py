@@ -12,11 +12,13 @@ import decimal
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from deltaport.delta.arrow_util import np_array, select_rows
 from deltaport.delta.actions import DV_TYPE, TAGS_TYPE, Metadata, Protocol, file_schema
 from deltaport.delta.commit_json import parse_actions
 from deltaport.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFile, LogFileKind
@@ -105,12 +107,12 @@ def adds_from_struct(adds: pa.StructArray, pv_columns: list[str]) -> pa.Table:
     for f in target:
         if f.name == "partitionValues":
             pv_map = adds.field("partitionValues") if adds.type.get_field_index("partitionValues") >= 0 else None
-            if pv_map is None or not pv_columns:
-                cols = [pa.nulls(n, pa.string()) for _ in pv_columns]
-            else:
-                cols = [pc.map_lookup(pv_map, pa.scalar(c, pa.string()), "first").cast(pa.string()) for c in pv_columns]
-            arrays.append(pa.StructArray.from_arrays(cols, fields=list(f.type)) if pv_columns
-                          else pa.array([{}] * n, f.type))
+            if not pv_columns:
+                arrays.append(pa.StructArray.from_arrays([], fields=[], mask=None) if n == 0
+                              else pa.array([{}] * n, f.type))
+                continue
+            cols = _partition_columns(pv_map, pv_columns, n)
+            arrays.append(pa.StructArray.from_arrays(cols, fields=list(f.type)))
         elif f.name == "stats":
             stats = _field(adds, "stats", pa.string())
             sp_idx = adds.type.get_field_index("stats_parsed")
@@ -127,6 +129,28 @@ def adds_from_struct(adds: pa.StructArray, pv_columns: list[str]) -> pa.Table:
         else:
             arrays.append(_field(adds, f.name, f.type))
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _partition_columns(pv_map: pa.MapArray | None, pv_columns: list[str], n: int) -> list[pa.Array]:
+    """One string array per partition column from a map column.
+
+    When every map holds exactly the partition columns in the same order (what writers do), the
+    values are read straight out of the map; otherwise each key is looked up.
+    """
+    if pv_map is None:
+        return [pa.nulls(n, pa.string()) for _ in pv_columns]
+    k = len(pv_columns)
+    if pv_map.null_count == 0 and pv_map.offset == 0:
+        offsets = np.asarray(pv_map.offsets)
+        keys, items = pv_map.keys, pv_map.items
+        if offsets[0] == 0 and len(keys) == n * k and np.all(np.diff(offsets) == k):
+            expected = pa.array(pv_columns * n if k > 1 else pv_columns * n, pa.string())
+            if pc.all(pc.equal(keys, expected)).as_py():
+                items = items.cast(pa.string())
+                if k == 1:
+                    return [items]
+                return [items.take(np_array(np.arange(j, n * k, k, dtype=np.int64))) for j in range(k)]
+    return [pc.map_lookup(pv_map, pa.scalar(c, pa.string()), "first").cast(pa.string()) for c in pv_columns]
 
 
 def _open_parquet(store: ObjectStore, path: str) -> pq.ParquetFile:
@@ -169,12 +193,18 @@ def _read_parquet_actions(store: ObjectStore, path: str, pv_columns: list[str], 
     if "add" not in names:
         return []
     add_col = t.column("add")
-    add_col = add_col.filter(pc.is_valid(add_col)).combine_chunks()
+    if add_col.null_count:
+        add_col = select_rows(add_col, np.asarray(pc.is_valid(add_col)))
     if len(add_col) == 0:
         return []
-    if add_col.type.get_field_index("path") < 0 or add_col.field("path").null_count:
+    if add_col.type.get_field_index("path") < 0:
         raise CorruptLog(f"checkpoint {path} has add actions without a path", table=table)
-    return [adds_from_struct(add_col, pv_columns)]
+    out_tables = []
+    for chunk in add_col.chunks:  # one per row group: no copy of the whole column
+        if chunk.field("path").null_count:
+            raise CorruptLog(f"checkpoint {path} has add actions without a path", table=table)
+        out_tables.append(adds_from_struct(chunk, pv_columns))
+    return out_tables
 
 
 def read_checkpoint(store: ObjectStore, parts: list[LogFile], pv_columns: list[str] | None,

@@ -81,6 +81,8 @@ def _json_read_schema(pv_columns: list[str], tag_keys: list[str]) -> pa.Schema:
     for kind in FILE_KINDS:
         fields = [(n, tags_struct if n == "tags" else t) for n, t in FILE_FIELDS[kind](pv)]
         kinds.append((kind, pa.struct(fields)))
+    # non-file actions: empty structs only mark the rows (lines) that hold them
+    kinds.extend((kind, pa.struct([])) for kind in OTHER_KINDS)
     return pa.schema(kinds)
 
 
@@ -125,10 +127,10 @@ def _to_file_table(col: pa.ChunkedArray, kind: str, pv_columns: list[str]) -> pa
     return pa.Table.from_arrays(arrays, schema=target)
 
 
-def _other_actions(data: bytes) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, action) for every non-file action, found by key and parsed alone."""
+def _other_actions(data: bytes, keys: tuple[bytes, ...] = _OTHER_KEYS) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, action) for every non-file action with one of ``keys``, parsed alone."""
     starts: set[int] = set()
-    for key in _OTHER_KEYS:
+    for key in keys:
         pos = data.find(key)
         while pos != -1:
             line_start = data.rfind(b"\n", 0, pos) + 1
@@ -196,9 +198,43 @@ def _fast_parse(data: bytes, pv_columns: list[str], where: str, table: str | Non
         _to_file_table(t.column("remove"), "remove", pv_columns),
         _to_file_table(t.column("cdc"), "cdc", pv_columns),
     )
-    for _, obj in _other_actions(data):
-        _apply_other(result, obj, where, table)
+    marks = np.zeros(t.num_rows, dtype=bool)
+    for kind in OTHER_KINDS:
+        col = t.column(kind)
+        if col.null_count < len(col):
+            marks |= np.asarray(pc.is_valid(col))
+    for line_no, line in _lines_at(data, np.flatnonzero(marks)):
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise _SlowPath() from None
+        _apply_other(result, obj, f"{where} line {line_no}", table)
     return result
+
+
+def _lines_at(data: bytes, rows: np.ndarray) -> list[tuple[int, bytes]]:
+    """(1-based line number, text) of the given rows, a row being a non-blank line."""
+    out: list[tuple[int, bytes]] = []
+    if len(rows) == 0:
+        return out
+    wanted = iter(rows.tolist())
+    target = next(wanted)
+    row = line_no = 0
+    pos, end = 0, len(data)
+    while pos < end:
+        nl = data.find(b"\n", pos)
+        stop = end if nl == -1 else nl
+        line_no += 1
+        line = data[pos:stop]
+        if line.strip():
+            if row == target:
+                out.append((line_no, line))
+                target = next(wanted, None)
+                if target is None:
+                    break
+            row += 1
+        pos = stop + 1
+    return out
 
 
 def _slow_parse(data: bytes, pv_columns: list[str], where: str, table: str | None) -> ActionFile:
@@ -252,7 +288,7 @@ def _normalise_file_action(action: dict[str, Any], pv_columns: list[str]) -> dic
 
 def parse_actions(data: bytes, pv_columns: list[str], *, where: str, table: str | None = None) -> ActionFile:
     """Parse one JSON action file. ``where`` names it in errors (e.g. the commit file name)."""
-    if not data.strip():
+    if len(data) < 64 and not data.strip():
         return ActionFile(*(empty_file_table(k, pv_columns) for k in FILE_KINDS))
     try:
         result = _fast_parse(data, pv_columns, where, table)
@@ -267,8 +303,10 @@ def parse_actions(data: bytes, pv_columns: list[str], *, where: str, table: str 
 def peek_protocol_metadata(data: bytes, *, where: str, table: str | None = None) -> tuple[Protocol | None, Metadata | None]:
     """Protocol and metaData actions of a JSON action file, without reading its file actions."""
     probe = ActionFile(*(empty_file_table(k, []) for k in FILE_KINDS))
+    if b'"metaData"' not in data and b'"protocol"' not in data:
+        return None, None
     try:
-        others = _other_actions(data)
+        others = _other_actions(data, (b'"metaData"', b'"protocol"'))
     except _SlowPath:
         full = _slow_parse(data, [], where, table)
         return full.protocol, full.metadata

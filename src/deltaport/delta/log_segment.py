@@ -51,6 +51,8 @@ def list_log(store: ObjectStore, *, start_after_version: int | None = None, tabl
         if start_after_version is not None and lf.version <= start_after_version:
             continue
         if lf.kind is LogFileKind.COMMIT:
+            if info.size == 0:
+                continue  # a commit being written by a non-atomic writer; never valid when empty
             listing.commits[lf.version] = lf
         elif lf.kind is LogFileKind.CHECKPOINT_MULTIPART:
             multipart.setdefault((lf.version, lf.num_parts), {})[lf.part] = lf

@@ -168,6 +168,7 @@ class DeltaTable:
             p, m = peek_protocol_metadata(datas[lf.version], where=lf.path, table=self.uri)
             protocol, metadata = p or protocol, m or metadata
         config = TableConfig.build(protocol, metadata, table=self.uri)
+        self._configs[commits[-1].version] = config
         pv = config.physical_partition_columns
         if pv != base.config.physical_partition_columns:
             return None
@@ -197,6 +198,7 @@ class DeltaTable:
         datas = {lf.version: self._read_commit(lf) for lf in segment.commits}
         protocol, metadata = self._newest_protocol_metadata(segment, datas)
         config = TableConfig.build(protocol, metadata, table=self.uri)
+        self._configs[segment.version] = config
         pv = config.physical_partition_columns
         base = None
         if segment.checkpoint_parts:
