@@ -1,0 +1,1 @@
+"""The Delta Sharing wire: models, NDJSON lines, capabilities, predicate hints, profiles."""
