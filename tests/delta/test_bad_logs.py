@@ -230,3 +230,28 @@ def test_absolute_path_inside_root_matches_relative_add(tmp_path):
     root = tmp_path.resolve().as_uri()
     _commit(tmp_path, 1, {"remove": {"path": f"{root}/a.parquet", "deletionTimestamp": 2, "dataChange": True}})
     assert _table(tmp_path).snapshot().files().column("path").to_pylist() == ["b.parquet"]
+
+
+def test_in_commit_timestamps_win_over_file_times(tmp_path):
+    md = orjson.loads(orjson.dumps(METADATA))
+    md["metaData"]["configuration"] = {"delta.enableInCommitTimestamps": "true",
+                                       "delta.inCommitTimestampEnablementVersion": "1"}
+    _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
+    _commit(tmp_path, 1, {"commitInfo": {"timestamp": 5, "inCommitTimestamp": 1_650_000_000_000}}, md, _add("b"))
+    _commit(tmp_path, 2, {"commitInfo": {"timestamp": 6, "inCommitTimestamp": 1_650_000_100_000}}, _add("c"))
+    log = tmp_path / "_delta_log"
+    for v in range(3):  # file times that disagree with the in-commit timestamps
+        os.utime(log / f"{v:020d}.json", (1_600_000_000 + v, 1_600_000_000 + v))
+    table = _table(tmp_path)
+    history = table.history()
+    assert history.timestamps == [1_600_000_000_000, 1_650_000_000_000, 1_650_000_100_000]
+    assert table.version_at_or_before("2022-04-15T05:21:00Z") == 1  # between the two ICTs
+    assert [c.timestamp for c in table.changes(1)] == [1_650_000_000_000, 1_650_000_100_000]
+    assert table.snapshot(2).timestamp == 1_650_000_100_000
+
+
+def test_file_times_are_made_strictly_increasing(tmp_path):
+    for v in range(3):
+        _commit(tmp_path, v, *((PROTOCOL, METADATA) if v == 0 else ()), _add(f"f{v}"))
+        os.utime(tmp_path / "_delta_log" / f"{v:020d}.json", (1_700_000_000, 1_700_000_000))
+    assert _table(tmp_path).history().timestamps == [1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_002]
