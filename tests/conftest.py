@@ -2,3 +2,16 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """A moto S3 server process on loopback, shared by the session."""
+    pytest.importorskip("moto")
+    from servers import MotoServer
+
+    server = MotoServer()
+    yield server
+    server.stop()

@@ -9,6 +9,9 @@ from deltaport.errors import ObjectNotFound, StorageError
 from deltaport.storage.base import FileInfo
 
 
+_CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "timeout", "connect_timeout", "proxy_url")
+
+
 def _ms(meta: Mapping[str, Any]) -> int:
     return int(meta["last_modified"].timestamp() * 1000)
 
@@ -24,11 +27,15 @@ class ObstoreStore:
         import obstore.store
 
         self.root_uri = root_uri.rstrip("/")
-        self.options = dict(options or {})
-        client_options = self.options.pop("client_options", None)
+        self.given_options = dict(options or {})
+        self.options = dict(self.given_options)
+        client_options = dict(self.options.pop("client_options", None) or {})
+        for key in _CLIENT_KEYS:  # accepted beside the store keys for convenience
+            if key in self.options:
+                client_options[key] = self.options.pop(key)
         try:
             self._store = _store or obstore.store.from_url(
-                self.root_uri, client_options=client_options, **self.options
+                self.root_uri, client_options=client_options or None, **self.options
             )
         except Exception as exc:  # obstore raises config errors of several kinds
             raise StorageError(f"cannot open {self.root_uri}: {exc}") from exc
@@ -98,4 +105,4 @@ class ObstoreStore:
         return FileInfo(path, int(meta["size"]), _ms(meta))
 
     def child(self, subpath: str) -> "ObstoreStore":
-        return ObstoreStore(f"{self.root_uri}/{subpath.strip('/')}", self.options)
+        return ObstoreStore(f"{self.root_uri}/{subpath.strip('/')}", self.given_options)

@@ -1,0 +1,75 @@
+"""Real storage endpoints on loopback for tests: a moto S3 server process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MotoServer:
+    """``moto_server`` on 127.0.0.1, an S3 API that tests can put real tables into."""
+
+    access_key = "testing"
+    secret_key = "testing"
+    region = "us-east-1"
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
+        self.proc = subprocess.Popen(
+            [exe, "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                httpx.get(self.endpoint, timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("moto_server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
+                            aws_secret_access_key=self.secret_key, region_name=self.region)
+
+    def storage_options(self) -> dict:
+        return {"endpoint": self.endpoint, "access_key_id": self.access_key, "secret_access_key": self.secret_key,
+                "region": self.region, "allow_http": True, "virtual_hosted_style_request": False}
+
+    def upload_dir(self, bucket: str, prefix: str, local: Path) -> str:
+        client = self.client()
+        try:
+            client.create_bucket(Bucket=bucket)
+        except client.exceptions.BucketAlreadyOwnedByYou:
+            pass
+        for root, _, files in os.walk(local):
+            for name in files:
+                full = Path(root) / name
+                key = f"{prefix}/{full.relative_to(local).as_posix()}"
+                client.upload_file(str(full), bucket, key)
+        return f"s3://{bucket}/{prefix}"
