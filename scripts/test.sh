@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine too: installs what it needs, then runs the checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export SPARK_LOCAL_IP=127.0.0.1
+export DELTAPORT_SHARED=${DELTAPORT_SHARED:-$(cd .. && pwd)/shared}
+.venv/bin/lint-imports
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure" >&2
+  exit 1
+fi
+exit "$rc"
