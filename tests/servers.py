@@ -73,3 +73,28 @@ class MotoServer:
                 key = f"{prefix}/{full.relative_to(local).as_posix()}"
                 client.upload_file(str(full), bucket, key)
         return f"s3://{bucket}/{prefix}"
+
+
+class RunningServer:
+    """A deltaport app served by uvicorn in a thread on 127.0.0.1 (a real HTTP server)."""
+
+    def __init__(self, app) -> None:
+        import threading
+
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            if time.time() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -93,6 +93,38 @@ def inspect(
         _fail(exc)
 
 
+@app.command()
+def serve(
+    config: str = typer.Option(..., "--config", "-c", help="Server config YAML (the reference server's format, "
+                               "plus an optional recipients list)."),
+    host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default: the config's host)."),
+    port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (default: the config's port)."),
+) -> None:
+    """Serve the shares of a config file over the Delta Sharing protocol."""
+    from deltaport.errors import DeltaportError
+    from deltaport.server import create_app, load_config
+
+    try:
+        cfg = load_config(config)
+    except DeltaportError as exc:
+        _fail(exc)
+    _run(create_app(cfg), host or cfg.host, port if port is not None else cfg.port, cfg)
+
+
+def _run(application, host: str, port: int, cfg) -> None:
+    import logging
+
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    ssl = {}
+    if cfg.ssl is not None and not cfg.ssl.self_signed:
+        ssl = {"ssl_certfile": cfg.ssl.certificate_file, "ssl_keyfile": cfg.ssl.certificate_key_file}
+    typer.echo(f"serving {len(cfg.shares)} share(s) on http{'s' if ssl else ''}://{host}:{port}{cfg.endpoint}")
+    # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
+    uvicorn.run(application, host=host, port=port, access_log=False, log_level="info", **ssl)
+
+
 def _print_summary(s: dict) -> None:
     from deltaport.delta.history import format_ms
 

@@ -1,0 +1,11 @@
+"""The Delta Sharing server: config, auth and grants, the protocol's endpoints, streaming."""
+
+from deltaport.server.config import ServerConfig, load_config, parse_config
+
+__all__ = ["ServerConfig", "load_config", "parse_config", "create_app"]
+
+
+def create_app(config: ServerConfig, **kwargs):
+    from deltaport.server.app import create_app as _create
+
+    return _create(config, **kwargs)

@@ -1,0 +1,177 @@
+"""The HTTP app: routes of the Delta Sharing protocol, the server's own file URLs, health, docs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from typing import Optional
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.concurrency import iterate_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+
+from deltaport.delta import SnapshotCache
+from deltaport.errors import DeltaportError, PermissionDenied, ResourceNotFound
+from deltaport.server import errors
+from deltaport.server.config import ServerConfig
+from deltaport.server.registry import SharedTable
+from deltaport.server.service import Reply, SharingService
+from deltaport.server.tokens import TokenCodec
+
+access_log = logging.getLogger("deltaport.access")
+
+_T = "/shares/{share}/schemas/{schema}/tables/{table}"
+
+
+def _reply(reply: Reply, head: bool = False) -> Response:
+    if reply.stream is not None:
+        if head:
+            return Response(status_code=reply.status, headers=reply.headers)
+        media = reply.headers.pop("Content-Type", "application/x-ndjson; charset=utf-8")
+        return StreamingResponse(iterate_in_threadpool(reply.stream), status_code=reply.status,
+                                 headers=reply.headers, media_type=media)
+    if reply.json is not None:
+        return JSONResponse(reply.json, status_code=reply.status, headers=reply.headers,
+                            media_type="application/json; charset=utf-8")
+    return Response(status_code=reply.status, headers=reply.headers)
+
+
+def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, clock: Callable[[], float] = time.time,
+               file_secret: bytes | None = None) -> FastAPI:
+    """The sharing server for ``config``. Secrets default to fresh random ones per process."""
+    from deltaport.signing import LocalFileSigner, signer_for
+
+    cache = cache or SnapshotCache()
+    codec = TokenCodec(config.token_secret or secrets.token_bytes(32), clock=clock)
+    file_secret = file_secret or secrets.token_bytes(32)
+    access_key = "DELTAPORT" + secrets.token_hex(6).upper()
+    prefix = config.endpoint.rstrip("/")
+
+    def signer_factory(st: SharedTable, base_url: str):
+        public = config.public_url or base_url.rstrip("/")
+        return signer_for(st.delta(cache).store, base_url=public + prefix, table_key=st.key,
+                          access_key=access_key, secret=file_secret)
+
+    verifier = LocalFileSigner(base_url="http://verifier" + prefix, table_key="-", access_key=access_key,
+                               secret=file_secret)
+    service = SharingService(config, signer_factory=signer_factory, cache=cache, codec=codec, clock=clock)
+
+    app = FastAPI(title="deltaport", version="0.1.0",
+                  description="A Delta Sharing server: shares, schemas and tables over the Delta Sharing REST "
+                              "protocol, for many recipients.")
+    app.state.service = service
+    app.add_exception_handler(DeltaportError, errors.deltaport_error)
+    app.add_exception_handler(StarletteHTTPException, errors.http_error)
+    app.add_exception_handler(RequestValidationError, errors.validation_error)
+    app.add_exception_handler(Exception, errors.unexpected_error)
+
+    @app.middleware("http")
+    async def log_access(request: Request, call_next):
+        start = time.perf_counter()
+        response = await call_next(request)
+        # the path only: query strings carry URL signatures and tokens, never logged
+        access_log.info("%s %s %s %.1fms", request.method, request.url.path, response.status_code,
+                        (time.perf_counter() - start) * 1000)
+        return response
+
+    def who(authorization: Optional[str]):
+        return service.principal(authorization)
+
+    def base(request: Request) -> str:
+        return str(request.base_url)
+
+    @app.get("/health", tags=["server"])
+    def health() -> dict:
+        return {"status": "ok", "shares": len(config.shares)}
+
+    @app.get(prefix + "/shares", tags=["shares"])
+    def list_shares(maxResults: Optional[str] = None, pageToken: Optional[str] = None,
+                    authorization: Optional[str] = Header(None)):
+        return _reply(service.list_shares(who(authorization), maxResults, pageToken))
+
+    @app.get(prefix + "/shares/{share}", tags=["shares"])
+    def get_share(share: str, authorization: Optional[str] = Header(None)):
+        return _reply(service.get_share(who(authorization), share))
+
+    @app.get(prefix + "/shares/{share}/schemas", tags=["shares"])
+    def list_schemas(share: str, maxResults: Optional[str] = None, pageToken: Optional[str] = None,
+                     authorization: Optional[str] = Header(None)):
+        return _reply(service.list_schemas(who(authorization), share, maxResults, pageToken))
+
+    @app.get(prefix + "/shares/{share}/schemas/{schema}/tables", tags=["shares"])
+    def list_tables(share: str, schema: str, maxResults: Optional[str] = None, pageToken: Optional[str] = None,
+                    authorization: Optional[str] = Header(None)):
+        return _reply(service.list_tables(who(authorization), share, schema, maxResults, pageToken))
+
+    @app.get(prefix + "/shares/{share}/all-tables", tags=["shares"])
+    def list_all_tables(share: str, maxResults: Optional[str] = None, pageToken: Optional[str] = None,
+                        authorization: Optional[str] = Header(None)):
+        return _reply(service.list_all_tables(who(authorization), share, maxResults, pageToken))
+
+    @app.get(prefix + _T + "/version", tags=["tables"])
+    def table_version(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
+                      authorization: Optional[str] = Header(None)):
+        return _reply(service.table_version(who(authorization), share, schema, table, startingTimestamp))
+
+    @app.head(prefix + _T, tags=["tables"])
+    def table_version_head(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
+                           authorization: Optional[str] = Header(None)):
+        return _reply(service.table_version(who(authorization), share, schema, table, startingTimestamp), head=True)
+
+    @app.get(prefix + _T + "/metadata", tags=["tables"])
+    def metadata(share: str, schema: str, table: str, version: Optional[str] = None,
+                 timestamp: Optional[str] = None, authorization: Optional[str] = Header(None),
+                 delta_sharing_capabilities: Optional[str] = Header(None)):
+        return _reply(service.metadata(who(authorization), share, schema, table, version, timestamp,
+                                       delta_sharing_capabilities))
+
+    @app.post(prefix + _T + "/query", tags=["tables"])
+    async def query(share: str, schema: str, table: str, request: Request,
+                    authorization: Optional[str] = Header(None),
+                    delta_sharing_capabilities: Optional[str] = Header(None),
+                    fileidhash: Optional[str] = Header(None)):
+        body = await request.body()
+        from starlette.concurrency import run_in_threadpool
+
+        reply = await run_in_threadpool(service.query, who(authorization), share, schema, table, body,
+                                        delta_sharing_capabilities, fileidhash, base(request))
+        return _reply(reply)
+
+    @app.get(prefix + _T + "/changes", tags=["tables"])
+    def changes(share: str, schema: str, table: str, request: Request,
+                startingVersion: Optional[str] = None, endingVersion: Optional[str] = None,
+                startingTimestamp: Optional[str] = None, endingTimestamp: Optional[str] = None,
+                includeHistoricalMetadata: Optional[str] = None, maxFiles: Optional[str] = None,
+                pageToken: Optional[str] = None, authorization: Optional[str] = Header(None),
+                delta_sharing_capabilities: Optional[str] = Header(None)):
+        params = {"startingVersion": startingVersion, "endingVersion": endingVersion,
+                  "startingTimestamp": startingTimestamp, "endingTimestamp": endingTimestamp,
+                  "includeHistoricalMetadata": includeHistoricalMetadata, "maxFiles": maxFiles,
+                  "pageToken": pageToken}
+        return _reply(service.changes(who(authorization), share, schema, table, params,
+                                      delta_sharing_capabilities, base(request)))
+
+    @app.api_route(prefix + "/files/{key}/{path:path}", methods=["GET", "HEAD"], tags=["files"],
+                   summary="Read a data or deletion-vector file through a presigned URL this server issued")
+    def files(key: str, path: str, request: Request):
+        raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
+        table_key, rel = verifier.verify(request.method, request.headers.get("host", ""), raw_path,
+                                         request.url.query, now=clock())
+        st = service.registry.by_key(table_key)
+        if st is None:
+            raise PermissionDenied("this URL names no table this server shares")
+        store = st.delta(cache).store
+        local = getattr(store, "local_path", None)
+        if local is None:
+            raise ResourceNotFound("this table's files are served by its object store, not by this server")
+        full = local(rel)
+        if not full.is_file():
+            raise ResourceNotFound(f"file not found: {rel}")
+        return FileResponse(os.fspath(full), media_type="application/octet-stream")
+
+    return app

@@ -1,0 +1,270 @@
+"""Server configuration: the reference server's YAML, unchanged, plus ``recipients``.
+
+Unknown keys are accepted (as in the reference). Every error names the key and the fix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deltaport.errors import DeltaportError
+
+
+class ConfigError(DeltaportError):
+    """The configuration file is invalid; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    name: str
+    location: str
+    id: str = ""
+    history_shared: bool = False
+    start_version: int = 0
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SchemaConfig:
+    name: str
+    tables: tuple[TableConfig, ...]
+
+
+@dataclass(frozen=True)
+class ShareConfig:
+    name: str
+    schemas: tuple[SchemaConfig, ...]
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class RecipientConfig:
+    name: str
+    token_hashes: tuple[bytes, ...]  # sha256 digests; plain tokens are hashed on load
+    shares: tuple[str, ...]  # lower-cased share names
+    expiration_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class SslConfig:
+    self_signed: bool = False
+    certificate_file: str | None = None
+    certificate_key_file: str | None = None
+    certificate_password_file: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    shares: tuple[ShareConfig, ...] = ()
+    bearer_token_hash: bytes | None = None
+    recipients: tuple[RecipientConfig, ...] = ()
+    host: str = "localhost"
+    port: int = 80
+    endpoint: str = "/delta-sharing"
+    pre_signed_url_timeout_seconds: int = 3600
+    evaluate_predicate_hints: bool = True
+    evaluate_json_predicate_hints: bool = True
+    evaluate_json_predicate_hints_v2: bool = True
+    query_table_page_size_limit: int = 10000
+    query_table_page_token_ttl_ms: int = 259_200_000
+    refresh_token_ttl_ms: int = 3_600_000
+    ssl: SslConfig | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    token_secret: bytes | None = None  # HMAC key for page/refresh tokens; random per process if None
+    public_url: str | None = None  # base URL recipients reach this server at (for local file URLs)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self.bearer_token_hash is not None or bool(self.recipients)
+
+
+def hash_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def _need(d: Mapping[str, Any], key: str, where: str) -> Any:
+    value = d.get(key)
+    if value is None or value == "":
+        raise ConfigError(f"'{key}' in {where} must be provided")
+    return value
+
+
+def _bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"'{key}' must be true or false, not {value!r}")
+
+
+def _int(value: Any, key: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(f"'{key}' must be a whole number, not {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"'{key}' must be a whole number, not {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise ConfigError(f"'{key}' must be at least {minimum}, not {number}")
+    return number
+
+
+_NAME_FORBIDDEN = re.compile(r"[\s/\x00-\x1f\x7f]")
+
+
+def _check_name(name: Any, what: str, *, allow_dot: bool) -> str:
+    if not isinstance(name, str):
+        raise ConfigError(f"the name of a {what} must be a string, not {name!r}")
+    if len(name) > 255 or _NAME_FORBIDDEN.search(name) or (not allow_dot and "." in name):
+        extra = "" if allow_dot else ", or '.'"
+        raise ConfigError(f"{what} name {name!r} is invalid: at most 255 characters, no spaces, '/', "
+                          f"or control characters{extra}")
+    return name
+
+
+def _table(d: Mapping[str, Any], where: str) -> TableConfig:
+    name = _check_name(_need(d, "name", f"a table in {where}"), "table", allow_dot=False)
+    location = _need(d, "location", f"table '{name}'")
+    return TableConfig(
+        name=name,
+        location=str(location),
+        id=str(d.get("id") or ""),
+        history_shared=_bool(d.get("historyShared", False), "historyShared"),
+        start_version=_int(d.get("startVersion", 0), "startVersion", minimum=0),
+        storage_options=dict(d.get("storageOptions") or {}),
+    )
+
+
+def _expiration(value: Any, who: str) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        text = str(value).strip().replace("Z", "+00:00")
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"expirationTime of recipient '{who}' must be ISO-8601, e.g. 2027-01-01T00:00:00Z") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
+    name = _need(d, "name", "a recipient")
+    tokens = d.get("tokens")
+    if not tokens or not isinstance(tokens, list):
+        raise ConfigError(f"'tokens' of recipient '{name}' must be a non-empty list")
+    hashes = []
+    for token in tokens:
+        token = str(token)
+        if token.startswith("sha256:"):
+            digest = token[len("sha256:"):]
+            if not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
+                raise ConfigError(f"token of recipient '{name}' starting 'sha256:' must be 64 hex digits")
+            hashes.append(bytes.fromhex(digest))
+        else:
+            hashes.append(hash_token(token))
+    shares = d.get("shares") or []
+    if not isinstance(shares, list):
+        raise ConfigError(f"'shares' of recipient '{name}' must be a list of share names")
+    return RecipientConfig(str(name), tuple(hashes), tuple(str(s).lower() for s in shares),
+                           _expiration(d.get("expirationTime"), str(name)))
+
+
+def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
+    """A ServerConfig from the parsed YAML mapping."""
+    if not isinstance(d, Mapping):
+        raise ConfigError("the configuration must be a YAML mapping with 'version: 1' and 'shares'")
+    version = d.get("version")
+    if version is None:
+        raise ConfigError("'version' must be provided")
+    version = _int(version, "version")
+    if version <= 0:
+        raise ConfigError("'version' must be greater than 0")
+    if version > 1:
+        raise ConfigError(f"The 'version' in the server config is {version} which is too new. "
+                          "The current release supports version 1 and below.")
+    shares = []
+    seen_shares = set()
+    for s in d.get("shares") or []:
+        share_name = _check_name(_need(s, "name", "a share"), "share", allow_dot=True)
+        if share_name.lower() in seen_shares:
+            raise ConfigError(f"share '{share_name}' is defined twice")
+        seen_shares.add(share_name.lower())
+        schemas = []
+        for sc in s.get("schemas") or []:
+            schema_name = _check_name(_need(sc, "name", f"a schema in share '{share_name}'"), "schema",
+                                      allow_dot=False)
+            tables = tuple(_table(t, f"schema '{share_name}.{schema_name}'") for t in sc.get("tables") or [])
+            names = [t.name.lower() for t in tables]
+            if len(set(names)) != len(names):
+                raise ConfigError(f"schema '{share_name}.{schema_name}' defines a table name twice")
+            schemas.append(SchemaConfig(schema_name, tables))
+        shares.append(ShareConfig(share_name, tuple(schemas), str(s.get("id") or "")))
+    bearer = None
+    if "authorization" in d and d["authorization"] is not None:
+        auth = d["authorization"]
+        token = auth.get("bearerToken") if isinstance(auth, Mapping) else None
+        if not token:
+            raise ConfigError("'bearerToken' in 'authorization' must be provided")
+        bearer = hash_token(str(token))
+    recipients = tuple(_recipient(r) for r in d.get("recipients") or [])
+    for r in recipients:
+        unknown = [s for s in r.shares if s not in seen_shares]
+        if unknown:
+            raise ConfigError(f"recipient '{r.name}' is granted unknown share(s) {unknown}")
+    ssl = None
+    if d.get("ssl"):
+        sd = d["ssl"]
+        ssl = SslConfig(_bool(sd.get("selfSigned", False), "selfSigned"), sd.get("certificateFile"),
+                        sd.get("certificateKeyFile"), sd.get("certificatePasswordFile"))
+        if not ssl.self_signed and not (ssl.certificate_file and ssl.certificate_key_file):
+            raise ConfigError("'certificateFile' and 'certificateKeyFile' in 'ssl' must be provided "
+                              "(or set selfSigned: true)")
+    endpoint = "/" + str(d.get("endpoint", "/delta-sharing")).strip("/")
+    secret = d.get("tokenSecret")
+    return ServerConfig(
+        shares=tuple(shares),
+        bearer_token_hash=bearer,
+        recipients=recipients,
+        host=str(d.get("host", "localhost")),
+        port=_int(d.get("port", 80), "port", minimum=0),
+        endpoint=endpoint,
+        pre_signed_url_timeout_seconds=_int(d.get("preSignedUrlTimeoutSeconds", 3600),
+                                            "preSignedUrlTimeoutSeconds", minimum=1),
+        evaluate_predicate_hints=_bool(d.get("evaluatePredicateHints", True), "evaluatePredicateHints"),
+        evaluate_json_predicate_hints=_bool(d.get("evaluateJsonPredicateHints", True), "evaluateJsonPredicateHints"),
+        evaluate_json_predicate_hints_v2=_bool(d.get("evaluateJsonPredicateHintsV2", True),
+                                               "evaluateJsonPredicateHintsV2"),
+        query_table_page_size_limit=_int(d.get("queryTablePageSizeLimit", 10000), "queryTablePageSizeLimit",
+                                         minimum=1),
+        query_table_page_token_ttl_ms=_int(d.get("queryTablePageTokenTtlMs", 259_200_000),
+                                           "queryTablePageTokenTtlMs", minimum=0),
+        refresh_token_ttl_ms=_int(d.get("refreshTokenTtlMs", 3_600_000), "refreshTokenTtlMs", minimum=0),
+        ssl=ssl,
+        storage_options=dict(d.get("storageOptions") or {}),
+        token_secret=str(secret).encode() if secret else None,
+        public_url=str(d["publicUrl"]).rstrip("/") if d.get("publicUrl") else None,
+    )
+
+
+def load_config(path: str | Path) -> ServerConfig:
+    p = Path(path)
+    if p.suffix not in (".yaml", ".yml"):
+        raise ConfigError(f"the config file must end in .yaml or .yml: {p}")
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file {p}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"the config file {p} is not valid YAML: {exc}") from exc
+    return parse_config(data)

@@ -1,0 +1,54 @@
+"""The only place exceptions become HTTP responses: always the protocol's JSON error body."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from deltaport.errors import DeltaportError, Unauthenticated
+from deltaport.protocol.lines import error_body
+
+log = logging.getLogger("deltaport.server")
+
+_CODES = {400: "MALFORMED_REQUEST", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "RESOURCE_DOES_NOT_EXIST",
+          405: "MALFORMED_REQUEST", 413: "MALFORMED_REQUEST", 415: "MALFORMED_REQUEST", 422: "MALFORMED_REQUEST"}
+
+
+def json_error(status: int, code: str, message: str, *, head: bool = False) -> Response:
+    headers = {"WWW-Authenticate": 'Bearer realm="delta-sharing"'} if status == 401 else None
+    body = b"" if head else error_body(code, message)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+async def deltaport_error(request: Request, exc: DeltaportError) -> Response:
+    status = exc.http_status
+    if isinstance(exc, Unauthenticated):
+        status = 401
+    if status >= 500:
+        log.error("internal error on %s %s: %s", request.method, request.url.path, exc)
+        return json_error(500, "INTERNAL_ERROR", "", head=request.method == "HEAD")
+    return json_error(status, exc.error_code, exc.message, head=request.method == "HEAD")
+
+
+async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    code = _CODES.get(exc.status_code, "MALFORMED_REQUEST" if exc.status_code < 500 else "INTERNAL_ERROR")
+    message = exc.detail if isinstance(exc.detail, str) else "bad request"
+    if exc.status_code == 404:
+        message = f"no such endpoint: {request.method} {request.url.path}; see /docs for the API"
+    elif exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}; see /docs for the API"
+    return json_error(exc.status_code, code, message, head=request.method == "HEAD")
+
+
+async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+    problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+    return json_error(400, "INVALID_PARAMETER_VALUE", f"invalid request: {problems}")
+
+
+async def unexpected_error(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return json_error(500, "INTERNAL_ERROR", "", head=request.method == "HEAD")

@@ -1,0 +1,138 @@
+"""Who is asking (recipients and tokens), what they may see (grants), and names → tables.
+
+A recipient sees only its shares; anything else is 404 exactly as if it did not exist. Tokens are
+stored as SHA-256 digests and compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from deltaport.delta import DeltaTable, SnapshotCache
+from deltaport.errors import InvalidParameter, ResourceNotFound, Unauthenticated
+from deltaport.server.config import SchemaConfig, ServerConfig, ShareConfig, TableConfig, hash_token
+from deltaport.server.tokens import TokenBinding, TokenCodec
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    shares: frozenset[str] | None  # lower-cased share names; None = every share
+
+    def may_see(self, share: str) -> bool:
+        return self.shares is None or share.lower() in self.shares
+
+
+@dataclass
+class SharedTable:
+    share: ShareConfig
+    schema: SchemaConfig
+    config: TableConfig
+    key: str  # opaque, URL-safe: names this table in the server's own file URLs
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    _delta: DeltaTable | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.share.name}.{self.schema.name}.{self.config.name}"
+
+    def delta(self, cache: SnapshotCache) -> DeltaTable:
+        with self._lock:
+            if self._delta is None:
+                self._delta = DeltaTable(self.config.location, storage_options=self.storage_options, cache=cache)
+            return self._delta
+
+
+def _table_key(share: str, schema: str, table: str) -> str:
+    return hashlib.sha256(f"{share}\x00{schema}\x00{table}".lower().encode()).hexdigest()[:24]
+
+
+class Registry:
+    def __init__(self, config: ServerConfig, codec: TokenCodec) -> None:
+        self.config = config
+        self.codec = codec
+        self._shares = {s.name.lower(): s for s in config.shares}
+        self._tables: dict[tuple[str, str, str], SharedTable] = {}
+        self._by_key: dict[str, SharedTable] = {}
+        for share in config.shares:
+            for schema in share.schemas:
+                for table in schema.tables:
+                    options = {**config.storage_options, **table.storage_options}
+                    st = SharedTable(share, schema, table, _table_key(share.name, schema.name, table.name), options)
+                    self._tables[(share.name.lower(), schema.name.lower(), table.name.lower())] = st
+                    self._by_key[st.key] = st
+
+    # --- authentication ---------------------------------------------------------------------
+
+    def authenticate(self, authorization: str | None, now_ms: int) -> Principal:
+        cfg = self.config
+        if not cfg.auth_enabled:
+            return Principal("anonymous", None)
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise Unauthenticated("Missing bearer token: send the header 'Authorization: Bearer <token>' "
+                                  "with the token from your recipient profile.")
+        digest = hash_token(authorization[7:].strip())
+        found = None
+        for recipient in cfg.recipients:  # check every token, whatever matches, so timing tells nothing
+            for h in recipient.token_hashes:
+                if hmac.compare_digest(digest, h):
+                    found = recipient
+        bearer_ok = cfg.bearer_token_hash is not None and hmac.compare_digest(digest, cfg.bearer_token_hash)
+        if found is not None:
+            if found.expiration_ms is not None and found.expiration_ms <= now_ms:
+                raise Unauthenticated("The bearer token has expired: ask the data provider for a new profile.")
+            return Principal(found.name, frozenset(found.shares))
+        if bearer_ok:
+            return Principal("bearer", None)
+        raise Unauthenticated("The bearer token is not valid: check the token in your recipient profile.")
+
+    # --- names ------------------------------------------------------------------------------
+
+    def shares(self, who: Principal) -> list[ShareConfig]:
+        return [s for s in self.config.shares if who.may_see(s.name)]
+
+    def share(self, who: Principal, name: str) -> ShareConfig:
+        share = self._shares.get(name.lower())
+        if share is None or not who.may_see(share.name):
+            raise ResourceNotFound(f"share '{name}' not found")
+        return share
+
+    def schema(self, who: Principal, share_name: str, schema_name: str) -> tuple[ShareConfig, SchemaConfig]:
+        share = self.share(who, share_name)
+        for schema in share.schemas:
+            if schema.name.lower() == schema_name.lower():
+                return share, schema
+        raise ResourceNotFound(f"schema '{schema_name}' not found")
+
+    def table(self, who: Principal, share: str, schema: str, table: str) -> SharedTable:
+        st = self._tables.get((share.lower(), schema.lower(), table.lower()))
+        if st is None or not who.may_see(st.share.name):
+            raise ResourceNotFound(f"[Share/Schema/Table] '{share}/{schema}/{table}' does not exist, "
+                                   "please contact your share provider for further information.")
+        return st
+
+    def by_key(self, key: str) -> SharedTable | None:
+        return self._by_key.get(key)
+
+    # --- list pagination --------------------------------------------------------------------
+
+    def paginate(self, who: Principal, what: str, items: list[Any], max_results: int,
+                 page_token: str | None) -> tuple[list[Any], str | None]:
+        binding = TokenBinding(who.name, f"list:{what}".lower())
+        start = 0
+        if page_token:
+            data = self.codec.decode("list", page_token, binding)
+            start = data.get("o", 0)
+            if not isinstance(start, int) or not 0 <= start <= len(items):
+                raise InvalidParameter("invalid 'nextPageToken'")
+        end = start + max_results
+        next_token = None
+        if end < len(items) or (max_results == 0 and items and start < len(items)):
+            next_token = self.codec.encode("list", binding, {"o": end if max_results else start},
+                                           ttl_ms=self.config.query_table_page_token_ttl_ms)
+        return items[start:end], next_token
