@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job on an embedded default: build the demo tables and show what the engine reads.
+# The main job on an embedded default: build demo tables, serve them over Delta Sharing, read them back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-exec .venv/bin/deltaport demo "${1:-.demo}"
+exec .venv/bin/deltaport demo "${1:-.demo}" --read-back --port "${PORT:-8765}"

@@ -22,7 +22,7 @@ CORPUS = {
     "sidecars": "v2-checkpoints-parquet-with-sidecars",
     "multipart": "v1-multi-part-partitioned-struct-stats-only",
     "partitioned": "basic_partitioned",
-    "checkpointed": "with_checkpoint_no_last_checkpoint",
+    "checkpointed": "external-table-different-nullability",
 }
 TOKEN = "test-token-alice"
 OTHER_TOKEN = "test-token-bob"
