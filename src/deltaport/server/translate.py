@@ -113,31 +113,33 @@ class FileLineMaker:
                 raise UnsupportedOperation("Table contains absolute paths outside its root and cannot be shared")
         return unquote(path)
 
-    def _sign(self, path: str) -> str:
+    def _sign(self, path: str) -> tuple[str, int]:
         signed = self.signer.sign(self._relative(path), expires_in=self.expires_in, now=self.now)
         self.expiry.see(signed.expiration_ms)
-        return signed.url
+        return signed.url, signed.expiration_ms
 
-    def _presign_dv(self, dv: dict[str, Any]) -> dict[str, Any]:
+    def _presign_dv(self, dv: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
         if dv.get("storageType") == "i":
-            return dv
+            return dv, None
         desc = DeletionVectorDescriptor.from_dict(dv)
         if desc.storage_type == "p":
             raise UnsupportedOperation("Table contains absolute deletion vector paths and cannot be shared")
-        return {**dv, "storageType": "p", "pathOrInlineDv": self._sign(desc.relative_path())}
+        url, expiration = self._sign(desc.relative_path())
+        return {**dv, "storageType": "p", "pathOrInlineDv": url}, expiration
 
     def line(self, kind: str, action: dict[str, Any], *, version: int | None = None,
              timestamp: int | None = None) -> bytes:
         """One line for a log action of ``kind`` (add/remove/cdc) in the chosen format."""
         path = action["path"]
         fid = file_id(path, self.id_hash)
-        url = self._sign(path)
-        expiration = self.expiry_ms()
+        url, expiration = self._sign(path)
         if self.fmt == DELTA:
             out = dict(action)
             out["path"] = url
             if out.get("deletionVector"):
-                out["deletionVector"] = self._presign_dv(out["deletionVector"])
+                out["deletionVector"], dv_expiration = self._presign_dv(out["deletionVector"])
+                if dv_expiration is not None:  # the line is good until its first URL expires
+                    expiration = min(expiration, dv_expiration)
             return lines.file_delta(kind, out, id=fid, version=version, timestamp=timestamp,
                                     expiration_timestamp=expiration)
         if action.get("deletionVector"):
@@ -147,9 +149,6 @@ class FileLineMaker:
         return lines.file_parquet(wire_kind, url=url, id=fid, partition_values=action.get("partitionValues") or {},
                                   size=action["size"], stats=action.get("stats") if kind in ("add", "file") else None,
                                   expiration_timestamp=expiration, version=version, timestamp=timestamp)
-
-    def expiry_ms(self) -> int:
-        return int(self.now * 1000) + self.expires_in * 1000
 
     def snapshot_lines(self, snapshot: Snapshot, indices: Iterable[int] | Any, *, version: int | None = None,
                        timestamp: int | None = None, batch: int = 2048) -> Iterator[bytes]:
