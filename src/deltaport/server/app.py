@@ -156,9 +156,17 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
         return _reply(service.changes(who(authorization), share, schema, table, params,
                                       delta_sharing_capabilities, base(request)))
 
-    @app.api_route(prefix + "/files/{key}/{path:path}", methods=["GET", "HEAD"], tags=["files"],
-                   summary="Read a data or deletion-vector file through a presigned URL this server issued")
-    def files(key: str, path: str, request: Request):
+    @app.get(prefix + "/files/{key}/{path:path}", tags=["files"],
+             summary="Read a data or deletion-vector file through a presigned URL this server issued")
+    def read_file(key: str, path: str, request: Request):
+        return serve_file(request)
+
+    @app.head(prefix + "/files/{key}/{path:path}", tags=["files"],
+              summary="Size of a data or deletion-vector file, through a presigned URL this server issued")
+    def head_file(key: str, path: str, request: Request):
+        return serve_file(request)
+
+    def serve_file(request: Request):
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
         table_key, rel = verifier.verify(request.method, request.headers.get("host", ""), raw_path,
                                          request.url.query, now=clock())
