@@ -1,0 +1,191 @@
+"""The server's own file URLs: SigV4-presigned, verified, and never outside the table root."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from deltaport.errors import PermissionDenied
+from deltaport.signing import LocalFileSigner, ObstoreSigner, SignedUrl, UrlSigner, signer_for
+from deltaport.signing.sigv4 import SigV4Presigner, uri_encode_path
+from deltaport.storage import LocalStore, store_for
+
+BASE = "https://sharing.example.com:8443/delta-sharing"
+SECRET = b"0123456789abcdef0123456789abcdef"
+NOW = 1_700_000_000
+
+PATHS = [
+    "part-00000-1a2b.c000.snappy.parquet",
+    "date=2024-01-01/part-0.parquet",
+    "ts=2024-01-01 10%3A00%3A00/part-0.parquet",  # Delta's escaped partition value, decoded once
+    "a b/c%d/e+f=g&h.parquet",
+    "ünïcödé/日本語.parquet",
+    "odd #?[]!$'()*,;@.parquet",
+    "deletion_vector_0c6f8a2e-8d1b-4a4e-9d3a-0c6f8a2e8d1b.bin",
+    ".hidden/_underscore/x.parquet",
+]
+
+
+@pytest.fixture
+def signer() -> LocalFileSigner:
+    return LocalFileSigner(BASE, "share.schema.table", "deltaport", SECRET)
+
+
+def _request_parts(url: str):
+    """Host, raw path and raw query as an HTTP client sends them."""
+    httpx = pytest.importorskip("httpx")
+    request = httpx.Request("GET", url)
+    raw_path, _, query = request.url.raw_path.partition(b"?")
+    return request.headers["host"], raw_path, query
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_round_trip(signer, path):
+    signed = signer.sign(path, expires_in=3600, now=NOW)
+    assert isinstance(signed, SignedUrl)
+    assert signed.expiration_ms == (NOW + 3600) * 1000
+    assert signed.url.startswith(f"{BASE}/files/share.schema.table/")
+    assert "X-Amz-Signature=" in urlsplit(signed.url).query  # what the official client's kernel looks for
+    host, raw_path, query = _request_parts(signed.url)
+    assert signer.verify("GET", host, raw_path, query, now=NOW + 1) == ("share.schema.table", path)
+    assert signer.verify("HEAD", host, raw_path.decode(), query.decode(), now=NOW + 1) == ("share.schema.table", path)
+
+
+def test_satisfies_the_url_signer_protocol(signer):
+    assert isinstance(signer, UrlSigner)
+    assert SECRET.decode() not in repr(signer)
+    assert "X-Amz-Signature" not in repr(signer.sign("x.parquet", expires_in=60))
+
+
+def test_url_is_a_sigv4_url_any_s3_verifier_recomputes():
+    """Same URL as a SigV4 presigner for the same endpoint and path would give."""
+    signer = LocalFileSigner("http://127.0.0.1:8080", "t1", "deltaport", SECRET, region="eu-west-1")
+    url = signer.sign("a b.parquet", expires_in=60, now=NOW).url
+    expected = SigV4Presigner("http://127.0.0.1:8080", "deltaport", SECRET, region="eu-west-1").presign(
+        "/files/t1/a b.parquet", expires_in=60, now=NOW)
+    assert url == expected
+
+
+def test_verify_with_host_from_base_url_and_a_stripped_prefix(signer):
+    url = signer.sign("x/y.parquet", expires_in=60, now=NOW).url
+    _, raw_path, query = _request_parts(url)
+    assert signer.verify("GET", None, raw_path, query, now=NOW) == ("share.schema.table", "x/y.parquet")
+    stripped = raw_path.replace(b"/delta-sharing", b"", 1)  # a proxy that removes the prefix
+    assert signer.verify("GET", None, stripped, query, now=NOW) == ("share.schema.table", "x/y.parquet")
+    with pytest.raises(PermissionDenied, match="signature does not match"):
+        signer.verify("GET", "evil.example.com", raw_path, query, now=NOW)
+    with pytest.raises(PermissionDenied, match="not a file URL"):
+        signer.verify("GET", None, b"/other/share.schema.table/x/y.parquet", query, now=NOW)
+
+
+def test_verify_returns_the_table_key_from_the_url(signer):
+    other = signer.for_table("share.schema.other")
+    url = other.sign("x.parquet", expires_in=60, now=NOW).url
+    host, raw_path, query = _request_parts(url)
+    assert signer.verify("GET", host, raw_path, query, now=NOW) == ("share.schema.other", "x.parquet")
+    swapped = raw_path.replace(b"share.schema.other", b"share.schema.table")
+    with pytest.raises(PermissionDenied, match="signature does not match"):
+        signer.verify("GET", host, swapped, query, now=NOW)
+
+
+def test_verify_refuses_other_files_methods_keys_and_expired_urls(signer):
+    url = signer.sign("a.parquet", expires_in=60, now=NOW).url
+    host, raw_path, query = _request_parts(url)
+    with pytest.raises(PermissionDenied, match="signature does not match"):
+        signer.verify("GET", host, raw_path.replace(b"a.parquet", b"b.parquet"), query, now=NOW)
+    with pytest.raises(PermissionDenied, match="method PUT"):
+        signer.verify("PUT", host, raw_path, query, now=NOW)
+    with pytest.raises(PermissionDenied, match="URL expired at"):
+        signer.verify("GET", host, raw_path, query, now=NOW + 61)
+    with pytest.raises(PermissionDenied, match="missing X-Amz-Signature"):
+        signer.verify("GET", host, raw_path, b"", now=NOW)
+    stranger = LocalFileSigner(BASE, "share.schema.table", "deltaport", b"another secret")
+    with pytest.raises(PermissionDenied, match="signature does not match"):
+        stranger.verify("GET", host, raw_path, query, now=NOW)
+    other_key = LocalFileSigner(BASE, "share.schema.table", "someone", SECRET)
+    with pytest.raises(PermissionDenied, match="unknown access key"):
+        other_key.verify("GET", host, raw_path, query, now=NOW)
+
+
+def test_default_clock(signer):
+    signed = signer.sign("a.parquet", expires_in=60)
+    assert abs(signed.expiration_ms - (time.time() + 60) * 1000) < 2000
+    host, raw_path, query = _request_parts(signed.url)
+    assert signer.verify("GET", host, raw_path, query) == ("share.schema.table", "a.parquet")
+
+
+BAD_PATHS = ["", "..", "../x", "a/../../x", "a/..", "/etc/passwd", "//etc/passwd", "C:/Windows/x", "c:x",
+             "s3://bucket/x", "file:///etc/passwd", "a\x00b", "a/\x00", "a\\..\\x", "..\\x", "a//b", "./a",
+             "a/./b", "a/", ".", "a\nb"]
+
+
+@pytest.mark.parametrize("path", BAD_PATHS)
+def test_sign_refuses_paths_outside_the_root(signer, path):
+    with pytest.raises(PermissionDenied):
+        signer.sign(path, expires_in=60, now=NOW)
+
+
+def _forged(raw_path: str, *, host="sharing.example.com:8443", secret=SECRET) -> tuple[str, str, str]:
+    """A validly signed request for an arbitrary raw path (as if the signer had been fooled)."""
+    presigner = SigV4Presigner("https://" + host, "deltaport", secret)
+    url, _ = presigner.presign_encoded(uri_encode_path(unquote(raw_path)), expires_in=60, now=NOW)
+    return host, raw_path, urlsplit(url).query
+
+
+@pytest.mark.parametrize("raw_path,problem", [
+    ("/delta-sharing/files/share.schema.table/../../etc/passwd", "leave the table root"),
+    ("/delta-sharing/files/share.schema.table/%2E%2E/%2E%2E/etc/passwd", "leave the table root"),
+    ("/delta-sharing/files/share.schema.table/a/%2e%2e/%2e%2e/x", "leave the table root"),
+    ("/delta-sharing/files/share.schema.table/%2Fetc%2Fpasswd", "relative to the table root"),
+    ("/delta-sharing/files/share.schema.table//etc/passwd", "relative to the table root"),
+    ("/delta-sharing/files/share.schema.table/C%3A%5CWindows", "backslash"),
+    ("/delta-sharing/files/share.schema.table/a%00.parquet", "control character"),
+    ("/delta-sharing/files/share.schema.table/..%5C..%5Cx", "backslash"),
+    ("/delta-sharing/files/share.schema.table/a/./b", "'.' segment"),
+    ("/delta-sharing/files/..%2Fsecret/x", "table key"),
+    ("/delta-sharing/files/../x", "table key"),
+    ("/delta-sharing/files/share.schema.table", "no file"),
+    ("/delta-sharing/files/share.schema.table/%FF.parquet", "UTF-8"),
+])
+def test_verify_refuses_escaping_paths_even_when_validly_signed(signer, raw_path, problem):
+    host, path, query = _forged(raw_path)
+    with pytest.raises(PermissionDenied, match=problem):
+        signer.verify("GET", host, path, query, now=NOW)
+
+
+def test_construction_checks_its_arguments():
+    for key in ("", "..", ".", "a/b", "a\\b", "a\x00"):
+        with pytest.raises(ValueError):
+            LocalFileSigner(BASE, key, "deltaport", SECRET)
+    with pytest.raises(ValueError):
+        LocalFileSigner("ftp://x", "t", "deltaport", SECRET)
+    with pytest.raises(ValueError):
+        LocalFileSigner(BASE + "?q=1", "t", "deltaport", SECRET)
+    with pytest.raises(ValueError):
+        LocalFileSigner(BASE, "t", "deltaport", b"")
+    with pytest.raises(ValueError):
+        LocalFileSigner(BASE, "t", "deltaport", SECRET).for_table("a/b")
+    with pytest.raises(ValueError, match="expires_in"):
+        LocalFileSigner(BASE, "t", "deltaport", SECRET).sign("x", expires_in=8 * 86400)
+
+
+def test_base_url_with_trailing_slash_and_encoded_table_key():
+    signer = LocalFileSigner("http://localhost:8080/", "my table", "deltaport", "text secret")
+    url = signer.sign("x.parquet", expires_in=60, now=NOW).url
+    assert url.startswith("http://localhost:8080/files/my%20table/x.parquet?")
+    host, raw_path, query = _request_parts(url)
+    assert signer.verify("GET", host, raw_path, query, now=NOW) == ("my table", "x.parquet")
+
+
+def test_signer_for_picks_the_implementation(tmp_path):
+    local = signer_for(LocalStore(tmp_path), base_url=BASE, table_key="t", access_key="deltaport", secret=SECRET)
+    assert isinstance(local, LocalFileSigner) and local.table_key == "t"
+    with pytest.raises(ValueError, match="secret"):
+        signer_for(LocalStore(tmp_path), base_url=BASE, table_key="t", access_key="deltaport")
+    s3 = store_for("s3://bucket/table", {"endpoint": "http://127.0.0.1:9", "region": "us-east-1",
+                                         "access_key_id": "a", "secret_access_key": "b", "allow_http": True})
+    assert isinstance(signer_for(s3), ObstoreSigner)
+    with pytest.raises(TypeError):
+        signer_for(object())  # type: ignore[arg-type]
