@@ -177,7 +177,10 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
         local = getattr(store, "local_path", None)
         if local is None:
             raise ResourceNotFound("this table's files are served by its object store, not by this server")
-        full = local(rel)
+        full = local(rel).resolve()
+        root = store.root.resolve()
+        if not full.is_relative_to(root):  # a symlink must not lead outside the shared table
+            raise PermissionDenied("this URL names a file outside the shared table")
         if not full.is_file():
             raise ResourceNotFound(f"file not found: {rel}")
         return FileResponse(os.fspath(full), media_type="application/octet-stream")
