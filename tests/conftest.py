@@ -15,3 +15,14 @@ def moto_server():
     server = MotoServer()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory):
+    """An Azurite blob server process on loopback (checks SAS signatures)."""
+    pytest.importorskip("azure.storage.blob")
+    from servers import AzuriteServer
+
+    server = AzuriteServer(tmp_path_factory.mktemp("azurite"))
+    yield server
+    server.stop()

@@ -98,3 +98,72 @@ class RunningServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+AZURITE_VERSION = "3.35.0"
+
+
+class AzuriteServer:
+    """Azurite's blob service on 127.0.0.1 (installed with npm on first use); it checks SAS signatures."""
+
+    account = "devstoreaccount1"
+
+    def __init__(self, workdir: Path) -> None:
+        cache = Path(__file__).resolve().parents[1] / ".cache" / "azurite"
+        exe = cache / "node_modules" / ".bin" / "azurite-blob"
+        if not exe.exists():
+            npm = shutil.which("npm")
+            if npm is None:
+                raise RuntimeError("npm is needed to install Azurite for the Azure tests")
+            cache.mkdir(parents=True, exist_ok=True)
+            subprocess.run([npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", "--silent",
+                            f"azurite@{AZURITE_VERSION}"], check=True, timeout=600)
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}/{self.account}"
+        self.proc = subprocess.Popen(
+            [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(workdir),
+             "--silent", "--disableTelemetry", "--skipApiVersionCheck"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("Azurite did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def service(self):
+        from azure.storage.blob import BlobServiceClient
+
+        conn = (f"DefaultEndpointsProtocol=http;AccountName={self.account};AccountKey={AZURITE_KEY};"
+                f"BlobEndpoint={self.endpoint};")
+        return BlobServiceClient.from_connection_string(conn)
+
+    def storage_options(self) -> dict:
+        return {"account_name": self.account, "account_key": AZURITE_KEY, "endpoint": self.endpoint,
+                "allow_http": True}
+
+    def upload_dir(self, container: str, prefix: str, local: Path) -> str:
+        svc = self.service()
+        try:
+            svc.create_container(container)
+        except Exception as exc:  # already there
+            if "ContainerAlreadyExists" not in str(exc):
+                raise
+        client = svc.get_container_client(container)
+        for root, _, files in os.walk(local):
+            for name in files:
+                full = Path(root) / name
+                client.upload_blob(f"{prefix}/{full.relative_to(local).as_posix()}", full.read_bytes(), overwrite=True)
+        return f"az://{container}/{prefix}"
