@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+
+import pyarrow.compute as pc
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +30,9 @@ from deltaport.protocol.requests import (
 from deltaport.server.config import ServerConfig
 from deltaport.server.registry import Principal, Registry, SharedTable
 from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
+from deltaport.server.columnar_lines import ColumnarLines
 from deltaport.server.translate import FileLineMaker, choose_format, header_lines
+from deltaport.signing.local import LocalFileSigner
 
 
 @dataclass
@@ -75,6 +79,7 @@ class SharingService:
         self.clock = clock
         self.registry = Registry(config, codec)
         self.signer_factory = signer_factory
+        self.columnar = ColumnarLines()
 
     def principal(self, authorization: str | None) -> Principal:
         return self.registry.authenticate(authorization, int(self.clock() * 1000))
@@ -234,15 +239,25 @@ class SharingService:
             refresh = self.codec.encode("refresh", binding, {"v": snap.version}, ttl_ms=self.config.refresh_token_ttl_ms)
         end_stream = caps.include_end_stream_action or req.max_files is not None or req.include_refresh_token
         time_travel = req.version is not None or req.timestamp is not None
-        maker = FileLineMaker(table_uri=snap.table_uri, signer=self.signer_factory(st, base_url),
-                              expires_in=self.config.pre_signed_url_timeout_seconds, fmt=fmt,
-                              id_hash=id_hash_header or fmt, now=self.clock())
+        signer = self.signer_factory(st, base_url)
         head = header_lines(snap.config, fmt, history_shared=st.config.history_shared,
                             version=snap.version if time_travel else None, size=snap.size_in_bytes,
                             num_files=snap.num_files)
-        files = maker.snapshot_lines(snap, indices, version=snap.version if time_travel else None)
+        now = self.clock()
+        if fmt == PARQUET and isinstance(signer, LocalFileSigner) and _plain_files(snap):
+            files, min_expiry = self.columnar.lines(snap, indices, signer,
+                                                    expires_in=self.config.pre_signed_url_timeout_seconds, now=now,
+                                                    id_hash=id_hash_header or fmt,
+                                                    version=snap.version if time_travel else None)
+            expiry_ms = lambda: min_expiry  # noqa: E731
+        else:
+            maker = FileLineMaker(table_uri=snap.table_uri, signer=signer,
+                                  expires_in=self.config.pre_signed_url_timeout_seconds, fmt=fmt,
+                                  id_hash=id_hash_header or fmt, now=now)
+            files = maker.snapshot_lines(snap, indices, version=snap.version if time_travel else None)
+            expiry_ms = lambda: maker.expiry.min_ms  # noqa: E731
         tail = (lambda: lines.end_stream(refresh_token=refresh, next_page_token=next_token,
-                                         min_url_expiration_timestamp=maker.expiry.min_ms)) if end_stream else None
+                                         min_url_expiration_timestamp=expiry_ms())) if end_stream else None
         return Reply(headers=self._table_headers(snap.version, caps, fmt, id_hash_header),
                      stream=_stream(head, files, tail, end_stream))
 
@@ -380,6 +395,16 @@ class SharingService:
                                          min_url_expiration_timestamp=maker.expiry.min_ms)) if end_stream else None
         return Reply(headers=self._table_headers(start_version, caps, fmt, id_hash_header),
                      stream=_stream(head, body(), tail, end_stream))
+
+
+def _plain_files(snap: Snapshot) -> bool:
+    """No deletion vectors and no absolute paths: the columnar line path applies."""
+    live = snap.live
+    if live.num_rows == 0:
+        return True
+    if live.column("deletionVector").null_count != live.num_rows:
+        return False
+    return not pc.any(pc.match_substring(live.column("path"), "://")).as_py()
 
 
 def _empty_merge(change) -> bool:

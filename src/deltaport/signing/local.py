@@ -86,6 +86,24 @@ class LocalFileSigner:
         )
         return SignedUrl(url, expiration_ms)
 
+    @property
+    def endpoint(self) -> str:
+        """``scheme://host[:port]`` of the URLs this signer makes."""
+        return self._presigner.endpoint
+
+    @property
+    def table_uri_prefix(self) -> str:
+        """The encoded URL path every file URL of this table starts with (``/…/files/<key>/``)."""
+        return self._table_prefix
+
+    def presign_uris(self, canonical_uris: list[bytes], *, expires_in: int, now: float | None = None):
+        """Batch-sign encoded URIs that start with :attr:`table_uri_prefix` (see SigV4Presigner.presign_batch).
+
+        The paths must already have passed :func:`check_relative_path` or be refused at
+        verification (which checks every path again after the signature).
+        """
+        return self._presigner.presign_batch(canonical_uris, expires_in=expires_in, now=now)
+
     def _lookup(self, access_key: str) -> bytes | None:
         if hmac.compare_digest(access_key.encode("utf-8"), self.access_key.encode("utf-8")):
             return self._secret
