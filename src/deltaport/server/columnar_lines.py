@@ -44,42 +44,46 @@ def _json_strings(values: pa.Array) -> pa.Array:
 
 
 class PreparedFiles:
-    """The cached per-snapshot parts of parquet-format file lines."""
+    """What is cached per snapshot: file ids and encoded URL paths (the Python-loop parts)."""
 
     def __init__(self, snapshot: Snapshot, id_hash: str) -> None:
-        files = snapshot.files()
-        paths = files.column("path").combine_chunks()
+        paths = snapshot.files().column("path").combine_chunks()
         raw = paths.to_pylist()
         digest = hashlib.md5 if id_hash == PARQUET else hashlib.sha256
-        ids = pa.array([digest(p.encode()).hexdigest() for p in raw], pa.string())
-        self.relative_uris = [uri_encode_path(unquote(p)).encode() for p in raw]
-        pv = files.column("partitionValues").combine_chunks()
-        if pv.type.num_fields:
-            parts = []
-            for i, field in enumerate(pv.type):
-                key = orjson.dumps(field.name).decode()
-                parts.append(pc.binary_join_element_wise(key + ":", _json_strings(pv.field(i)), ""))
-            pv_json = pc.binary_join_element_wise("{", pc.binary_join_element_wise(*parts, ","), "}", "")
+        self.ids = pa.array([digest(p.encode()).hexdigest() for p in raw], pa.string())
+        if len(paths) == 0 or pc.all(pc.match_substring_regex(paths, r"^[A-Za-z0-9._~/=-]*$")).as_py():
+            # ordinary paths: only '=' differs between the log's encoding and S3's canonical URI
+            self.relative_uris = pc.replace_substring(paths, "=", "%3D").cast(pa.binary())
         else:
-            pv_json = pa.scalar("{}")
-        stats = files.column("stats").combine_chunks()
-        stats_esc = _escape(stats)
-        if stats_esc is None:
-            stats_part = pa.array([None if s is None else ',"stats":' + orjson.dumps(s).decode()
-                                   for s in stats.to_pylist()], pa.string())
-        else:
-            stats_part = pc.binary_join_element_wise(',"stats":"', stats_esc, '"', "")
-        stats_part = pc.fill_null(stats_part, "")
-        size = pc.cast(files.column("size").combine_chunks(), pa.string())
-        self.static = pc.binary_join_element_wise('","id":"', ids, '","partitionValues":', pv_json, ',"size":', size,
-                                                  stats_part, ',"expirationTimestamp":', "")
+            self.relative_uris = pa.array([uri_encode_path(unquote(p)).encode() for p in raw], pa.binary())
         self.num_files = len(raw)
+
+
+def _static(files: pa.Table, ids: pa.Array) -> pa.Array:
+    """``","id":…,"partitionValues":…,"size":…[,"stats":…],"expirationTimestamp":`` per file."""
+    pv = files.column("partitionValues").combine_chunks()
+    if pv.type.num_fields:
+        parts = [pc.binary_join_element_wise(orjson.dumps(f.name).decode() + ":", _json_strings(pv.field(i)), "")
+                 for i, f in enumerate(pv.type)]
+        pv_json = pc.binary_join_element_wise("{", pc.binary_join_element_wise(*parts, ","), "}", "")
+    else:
+        pv_json = pa.scalar("{}")
+    stats = files.column("stats").combine_chunks()
+    stats_esc = _escape(stats)
+    if stats_esc is None:
+        stats_part = pa.array([None if s is None else ',"stats":' + orjson.dumps(s).decode()
+                               for s in stats.to_pylist()], pa.string())
+    else:
+        stats_part = pc.binary_join_element_wise(',"stats":"', stats_esc, '"', "")
+    size = pc.cast(files.column("size").combine_chunks(), pa.string())
+    return pc.binary_join_element_wise('","id":"', ids, '","partitionValues":', pv_json, ',"size":', size,
+                                       pc.fill_null(stats_part, ""), ',"expirationTimestamp":', "")
 
 
 class ColumnarLines:
     """Caches of prepared files (per snapshot) and signatures (per window), bounded LRU."""
 
-    def __init__(self, max_prepared: int = 8, max_signed: int = 8) -> None:
+    def __init__(self, max_prepared: int = 4, max_signed: int = 4) -> None:
         self._prepared: OrderedDict = OrderedDict()
         self._signed: OrderedDict = OrderedDict()
         self._max_prepared, self._max_signed = max_prepared, max_signed
@@ -98,51 +102,72 @@ class ColumnarLines:
         return value
 
     def lines(self, snapshot: Snapshot, indices: pa.Array, signer: LocalFileSigner, *, expires_in: int, now: float,
-              id_hash: str, version: int | None = None, chunk: int = 8192) -> tuple[Iterator[bytes], int | None]:
-        """File lines for ``indices`` and the earliest URL expiry (ms), streamed in chunks."""
+              id_hash: str, version: int | None = None, chunk: int = 32768) -> tuple[Iterator[bytes], int | None]:
+        """File lines for ``indices`` and the URLs' expiry (ms); built and streamed chunk by chunk."""
         prepared = self._get(self._prepared, (id(snapshot), snapshot.table_uri, snapshot.version, id_hash),
                              self._max_prepared, lambda: PreparedFiles(snapshot, id_hash))
         if len(indices) == 0:
             return iter(()), None
         window = int(now) - int(now) % WINDOW_SECONDS
         prefix = signer.table_uri_prefix.encode()
-        all_files = len(indices) == prepared.num_files
-        idx = np.asarray(indices, dtype=np.int64)
+        idx = pa.array(np.asarray(indices, dtype=np.int64))
+        uris = prepared.relative_uris.take(idx)
 
-        def sign(uris):
-            return signer.presign_uris([prefix + u for u in uris], expires_in=expires_in, now=window)
+        def sign(batch: pa.Array):
+            query, sigs, expiry = signer.presign_uris(batch.to_pylist(), expires_in=expires_in, now=window)
+            return query, pa.array(sigs, pa.string()), expiry
 
-        if all_files:
+        if len(idx) == prepared.num_files:  # a whole-table read: reuse this window's signatures
             key = (id(prepared), signer.endpoint, prefix, window, expires_in)
-            query, sigs, expiry = self._get(self._signed, key, self._max_signed,
-                                            lambda: _as_arrow(sign(prepared.relative_uris)))
-            if len(idx) != len(sigs) or not np.array_equal(idx, np.arange(len(idx))):
-                sigs = sigs.take(pa.array(idx))
+            query, all_sigs, expiry = self._get(self._signed, key, self._max_signed,
+                                                lambda: sign(prepared.relative_uris))
+            sigs = all_sigs.take(idx)
         else:
-            query, sigs, expiry = _as_arrow(sign([prepared.relative_uris[i] for i in idx]))
-        uris = pa.array([prepared.relative_uris[i] for i in idx] if not all_files or not _is_identity(idx)
-                        else prepared.relative_uris, pa.binary()).cast(pa.string())
+            query, sigs, expiry = sign(uris)
         head = '{"file":{"url":"' + signer.endpoint + prefix.decode()
+        mid = "?" + query + "&X-Amz-Signature="
         tail = f"{expiry}" + (f',"version":{version}' if version is not None else "") + "}}\n"
-        joined = pc.binary_join_element_wise(head, uris, "?" + query + "&X-Amz-Signature=", sigs,
-                                             prepared.static.take(pa.array(idx)), tail, "")
-        return _chunks(joined, chunk), expiry
+        batches = snapshot.files().to_batches()
+        bounds = np.cumsum([0] + [b.num_rows for b in batches])
+        idx_np = np.asarray(idx)
+
+        def chunks() -> Iterator[bytes]:
+            for start in range(0, len(idx), chunk):
+                part = idx.slice(start, chunk)
+                rows = _take_sorted(batches, bounds, idx_np[start:start + chunk])
+                static = _static(rows, prepared.ids.take(part))
+                joined = pc.binary_join_element_wise(head, uris.slice(start, chunk).cast(pa.string()), mid,
+                                                     sigs.slice(start, chunk), static, tail, "")
+                yield _buffer_bytes(joined)
+
+        return chunks(), expiry
 
 
-def _is_identity(idx: np.ndarray) -> bool:
-    return bool(len(idx) == 0 or (idx[0] == 0 and idx[-1] == len(idx) - 1 and np.all(np.diff(idx) == 1)))
+def _take_sorted(batches: list[pa.RecordBatch], bounds: np.ndarray, idx: np.ndarray) -> pa.Table:
+    """Rows at ascending ``idx`` from a table given as record batches, one take per batch touched.
+
+    (``Table.take`` concatenates every chunk of a many-chunk table first.)
+    """
+    if len(idx) > 1 and np.any(np.diff(idx) < 0):
+        order = np.argsort(idx, kind="stable")
+        taken = _take_sorted(batches, bounds, idx[order])
+        return taken.take(pa.array(np.argsort(order, kind="stable")))
+    which = np.searchsorted(bounds, idx, side="right") - 1
+    out = []
+    for b in np.unique(which):
+        local = idx[which == b] - bounds[b]
+        batch = batches[b]
+        if len(local) == batch.num_rows:
+            out.append(batch)
+        elif len(local) and local[-1] - local[0] + 1 == len(local):
+            out.append(batch.slice(int(local[0]), len(local)))
+        else:
+            out.append(batch.take(pa.array(local)))
+    return pa.Table.from_batches(out, schema=batches[0].schema)
 
 
-def _as_arrow(result):
-    query, sigs, expiry = result
-    return query, pa.array(sigs, pa.string()), expiry
-
-
-def _chunks(lines: pa.Array, chunk: int) -> Iterator[bytes]:
-    """The joined lines as byte chunks: slices of the string array's value buffer."""
+def _buffer_bytes(lines: pa.Array) -> bytes:
+    """The concatenated values of a string array (its value buffer between first and last offset)."""
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
-    data = lines.buffers()[2]
-    for start in range(0, len(lines), chunk):
-        stop = min(start + chunk, len(lines))
-        yield data[offsets[start]:offsets[stop]].to_pybytes()
+    return lines.buffers()[2][offsets[0]:offsets[-1]].to_pybytes()

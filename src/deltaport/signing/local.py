@@ -97,12 +97,13 @@ class LocalFileSigner:
         return self._table_prefix
 
     def presign_uris(self, canonical_uris: list[bytes], *, expires_in: int, now: float | None = None):
-        """Batch-sign encoded URIs that start with :attr:`table_uri_prefix` (see SigV4Presigner.presign_batch).
+        """Batch-sign encoded file paths relative to :attr:`table_uri_prefix` (see SigV4Presigner.presign_batch).
 
         The paths must already have passed :func:`check_relative_path` or be refused at
         verification (which checks every path again after the signature).
         """
-        return self._presigner.presign_batch(canonical_uris, expires_in=expires_in, now=now)
+        return self._presigner.presign_batch(canonical_uris, expires_in=expires_in, now=now,
+                                             prefix=self._table_prefix.encode())
 
     def _lookup(self, access_key: str) -> bytes | None:
         if hmac.compare_digest(access_key.encode("utf-8"), self.access_key.encode("utf-8")):

@@ -187,12 +187,12 @@ class SigV4Presigner:
 
 
     def presign_batch(self, canonical_uris: list[bytes], *, expires_in: int, now: float | None = None,
-                      ) -> tuple[str, list[str], int]:
+                      prefix: bytes = b"") -> tuple[str, list[str], int]:
         """Presign many encoded canonical URIs at one instant (GET).
 
         Returns the query string every URL shares (without ``X-Amz-Signature``), one signature per
         URI, and the expiry in ms; the URL of URI ``u`` is
-        ``endpoint + u + "?" + query + "&X-Amz-Signature=" + signature``, byte-identical to
+        ``endpoint + prefix + u + "?" + query + "&X-Amz-Signature=" + signature``, byte-identical to
         :meth:`presign_encoded` at the same instant. The constant parts are hashed once.
         """
         expires_in = check_expires_in(expires_in)
@@ -209,7 +209,7 @@ class SigV4Presigner:
             query = f"{params}&X-Amz-SignedHeaders=host{self._token_param}"
         else:
             canonical_query = query = f"{params}&X-Amz-SignedHeaders=host"
-        head = b"GET\n"
+        head = b"GET\n" + prefix  # every URI is prefix + u
         tail = f"\n{canonical_query}\n{self._canonical_headers}".encode("utf-8")
         sts_head = f"{ALGORITHM}\n{amz_date}\n{datestamp}{self._scope_tail}\n".encode("utf-8")
         # HMAC-SHA256 with the key's inner and outer states computed once (RFC 2104), not per URL

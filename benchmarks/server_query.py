@@ -1,0 +1,168 @@
+"""Sharing server: /query, /version and /metadata, with the peers measured in the same run.
+
+    python benchmarks/server_query.py [--files 1000000] [--workdir .bench] [--seconds 10]
+
+Each server runs as its own process (`deltaport serve`, one uvicorn worker) on 127.0.0.1.
+  300k cold   first /query of the 300k-file log (full NDJSON read by an HTTP client), vs deltalake
+              DeltaTable(path) + get_add_actions() of the same log (target <= 0.5x).
+  300k warm   the same request again, snapshot cached (target <= 0.6 s).
+  1M cold     first /query of a generated 1,000,000-file table with stats and a checkpoint, full
+              response, and the server process's peak RSS (targets <= 4 s, <= 1.5 GB).
+  /version, /metadata   requests per second on a cached table with wrk over loopback (>= 3,000/s);
+              without wrk, a Python client measures instead and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+SHARED = Path(os.environ.get("DELTAPORT_SHARED", HERE.parents[1] / "shared"))
+BIG_LOG = SHARED / "delta-tables" / "300k-add-files-100-col-partitioned"
+PEER = r"""
+import json, sys, time
+import deltalake
+deltalake.DeltaTable(sys.argv[2]).get_add_actions(flatten=True)  # warm the library on a tiny table
+t0 = time.perf_counter()
+n = len(deltalake.DeltaTable(sys.argv[1]).get_add_actions(flatten=True))
+print(json.dumps({"seconds": time.perf_counter() - t0, "files": n}))
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, tables: dict[str, str], workdir: Path) -> None:
+        import yaml
+
+        self.port = free_port()
+        cfg = {"version": 1, "host": "127.0.0.1", "port": self.port, "shares": [{"name": "b", "schemas": [
+            {"name": "d", "tables": [{"name": n, "location": p} for n, p in tables.items()]}]}]}
+        path = workdir / f"bench-{self.port}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        exe = Path(sys.executable).parent / "deltaport"
+        self.proc = subprocess.Popen([str(exe), "serve", "--config", str(path)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{self.port}/delta-sharing/shares/b/schemas/d/tables"
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise SystemExit("server did not start")
+
+    def peak_rss_mb(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def query(self, table: str) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        lines = 0
+        with httpx.stream("POST", f"{self.url}/{table}/query", json={}, timeout=600) as r:
+            r.raise_for_status()
+            for chunk in r.iter_bytes():
+                lines += chunk.count(b"\n")
+        return time.perf_counter() - t0, lines
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def peer_seconds(path: Path) -> float:
+    warm = SHARED / "delta-tables" / "basic_partitioned"
+    out = subprocess.run([sys.executable, "-c", PEER, str(path), str(warm)], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)["seconds"]
+
+
+def rate(url: str, seconds: int) -> tuple[float, str]:
+    if shutil.which("wrk"):
+        out = subprocess.run(["wrk", "-t2", "-c32", f"-d{seconds}s", url], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Requests/sec:"):
+                return float(line.split()[1]), "wrk -t2 -c32"
+    n, t0 = 0, time.perf_counter()
+    with httpx.Client() as c:
+        while time.perf_counter() - t0 < seconds:
+            c.get(url).raise_for_status()
+            n += 1
+    return n / (time.perf_counter() - t0), "python client (wrk not installed)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=int, default=1_000_000)
+    ap.add_argument("--workdir", default=str(HERE.parent / ".bench"))
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(HERE))
+    from gen_big_table import generate
+
+    big = work / f"big-{args.files}"
+    if not (big / "_delta_log" / "_last_checkpoint").exists():
+        generate(big, files=args.files, commits=10, force=True)
+    rows = []
+
+    colds, warms = [], []
+    for _ in range(args.repeat):
+        server = Server({"log300k": str(BIG_LOG)}, work)
+        try:
+            cold, n = server.query("log300k")
+            assert n == 300_002, n
+            colds.append(cold)
+            warms.append(min(server.query("log300k")[0] for _ in range(3)))
+        finally:
+            server.stop()
+    peer = min(peer_seconds(BIG_LOG) for _ in range(args.repeat))
+    rows.append(("/query 300k log, cold", min(colds), f"{peer:.3f}s deltalake", min(colds) <= 0.5 * peer,
+                 "<= 0.5x deltalake"))
+    rows.append(("/query 300k log, warm (cached)", min(warms), "", min(warms) <= 0.6, "<= 0.6 s"))
+
+    server = Server({"big": str(big)}, work)
+    try:
+        cold, n = server.query("big")
+        rss = server.peak_rss_mb()
+        rows.append((f"/query {args.files:,}-file table, cold", cold, f"RSS {rss:.0f} MB",
+                     cold <= 4 and rss <= 1536, "<= 4 s, RSS <= 1.5 GB"))
+        meta = f"{server.url}/big/metadata"
+        version = f"{server.url}/big/version"
+        httpx.get(meta).raise_for_status()
+        for name, url in (("/version", version), ("/metadata", meta)):
+            r, how = rate(url, args.seconds)
+            rows.append((f"{name} on a cached table, req/s", r, how, r >= 3000, ">= 3,000/s"))
+    finally:
+        server.stop()
+
+    print(f"\n{'case':42s} {'deltaport':>12s}  {'peer / detail':28s} target")
+    for name, value, detail, ok, target in rows:
+        shown = f"{value:,.0f}" if "req/s" in name else f"{value:.3f}s"
+        print(f"{name:42s} {shown:>12s}  {detail:28s} {target} {'MET' if ok else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
