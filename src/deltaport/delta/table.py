@@ -59,6 +59,11 @@ class DeltaTable:
 
     # --- the log ----------------------------------------------------------------------------
 
+    @property
+    def listed(self) -> LogListing | None:
+        """The last listing of the log, without listing again."""
+        return self._listing
+
     def refresh_listing(self) -> LogListing:
         """List the log, only after the newest known version when it was listed before."""
         with self._lock:

@@ -11,7 +11,7 @@ from typing import Optional
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from starlette.concurrency import iterate_in_threadpool
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 
@@ -33,12 +33,39 @@ def _reply(reply: Reply, head: bool = False) -> Response:
         if head:
             return Response(status_code=reply.status, headers=reply.headers)
         media = reply.headers.pop("Content-Type", "application/x-ndjson; charset=utf-8")
+        if isinstance(reply.stream, list):  # small and complete (e.g. /metadata): no streaming machinery
+            return Response(b"".join(reply.stream), status_code=reply.status, headers=reply.headers, media_type=media)
         return StreamingResponse(iterate_in_threadpool(reply.stream), status_code=reply.status,
                                  headers=reply.headers, media_type=media)
     if reply.json is not None:
         return JSONResponse(reply.json, status_code=reply.status, headers=reply.headers,
                             media_type="application/json; charset=utf-8")
     return Response(status_code=reply.status, headers=reply.headers)
+
+
+class AccessLog:
+    """Pure ASGI access log: method, path, status, time. Never the query string (URL signatures,
+    tokens) and never headers (bearer tokens)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not access_log.isEnabledFor(logging.INFO):
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = [0]
+
+        async def send_and_note(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            access_log.info("%s %s %s %.1fms", scope["method"], scope["path"], status[0],
+                            (time.perf_counter() - start) * 1000)
 
 
 def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, clock: Callable[[], float] = time.time,
@@ -70,14 +97,7 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
     app.add_exception_handler(RequestValidationError, errors.validation_error)
     app.add_exception_handler(Exception, errors.unexpected_error)
 
-    @app.middleware("http")
-    async def log_access(request: Request, call_next):
-        start = time.perf_counter()
-        response = await call_next(request)
-        # the path only: query strings carry URL signatures and tokens, never logged
-        access_log.info("%s %s %s %.1fms", request.method, request.url.path, response.status_code,
-                        (time.perf_counter() - start) * 1000)
-        return response
+    app.add_middleware(AccessLog)
 
     def who(authorization: Optional[str]):
         return service.principal(authorization)
@@ -86,7 +106,7 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
         return str(request.base_url)
 
     @app.get("/health", tags=["server"])
-    def health() -> dict:
+    async def health() -> dict:
         return {"status": "ok", "shares": len(config.shares)}
 
     @app.get(prefix + "/shares", tags=["shares"])
@@ -113,22 +133,33 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
                         authorization: Optional[str] = Header(None)):
         return _reply(service.list_all_tables(who(authorization), share, maxResults, pageToken))
 
+    async def cheap(share: str, schema: str, table: str, fn, *args):
+        """Run a small table call on the event loop when the table is local and its latest snapshot is
+        cached (a directory listing of microseconds); otherwise in the thread pool (object-store
+        listings and snapshot loads block)."""
+        st = service.registry.table_if_exists(share, schema, table)
+        if st is not None and st.is_local_and_warm(cache):
+            return fn(*args)
+        return await run_in_threadpool(fn, *args)
+
     @app.get(prefix + _T + "/version", tags=["tables"])
-    def table_version(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
-                      authorization: Optional[str] = Header(None)):
-        return _reply(service.table_version(who(authorization), share, schema, table, startingTimestamp))
+    async def table_version(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
+                            authorization: Optional[str] = Header(None)):
+        return _reply(await cheap(share, schema, table, service.table_version, who(authorization), share, schema,
+                                  table, startingTimestamp))
 
     @app.head(prefix + _T, tags=["tables"])
-    def table_version_head(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
-                           authorization: Optional[str] = Header(None)):
-        return _reply(service.table_version(who(authorization), share, schema, table, startingTimestamp), head=True)
+    async def table_version_head(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
+                                 authorization: Optional[str] = Header(None)):
+        return _reply(await cheap(share, schema, table, service.table_version, who(authorization), share, schema,
+                                  table, startingTimestamp), head=True)
 
     @app.get(prefix + _T + "/metadata", tags=["tables"])
-    def metadata(share: str, schema: str, table: str, version: Optional[str] = None,
-                 timestamp: Optional[str] = None, authorization: Optional[str] = Header(None),
-                 delta_sharing_capabilities: Optional[str] = Header(None)):
-        return _reply(service.metadata(who(authorization), share, schema, table, version, timestamp,
-                                       delta_sharing_capabilities))
+    async def metadata(share: str, schema: str, table: str, version: Optional[str] = None,
+                       timestamp: Optional[str] = None, authorization: Optional[str] = Header(None),
+                       delta_sharing_capabilities: Optional[str] = Header(None)):
+        return _reply(await cheap(share, schema, table, service.metadata, who(authorization), share, schema, table,
+                                  version, timestamp, delta_sharing_capabilities))
 
     @app.post(prefix + _T + "/query", tags=["tables"])
     async def query(share: str, schema: str, table: str, request: Request,
@@ -136,8 +167,6 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
                     delta_sharing_capabilities: Optional[str] = Header(None),
                     fileidhash: Optional[str] = Header(None)):
         body = await request.body()
-        from starlette.concurrency import run_in_threadpool
-
         reply = await run_in_threadpool(service.query, who(authorization), share, schema, table, body,
                                         delta_sharing_capabilities, fileidhash, base(request))
         return _reply(reply)

@@ -172,7 +172,7 @@ class SharingService:
         body = header_lines(snap.config, fmt, history_shared=st.config.history_shared,
                             version=snap.version if (v is not None or timestamp is not None) else None,
                             size=snap.size_in_bytes, num_files=snap.num_files)
-        return Reply(headers=self._table_headers(snap.version, caps, fmt, None), stream=iter(body))
+        return Reply(headers=self._table_headers(snap.version, caps, fmt, None), stream=body)
 
     def _table_headers(self, version: int, caps: Capabilities, fmt: str, id_hash_header: str | None) -> dict[str, str]:
         headers = {lines.VERSION_HEADER: str(version), "Content-Type": lines.NDJSON,
