@@ -35,6 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from deltaport.delta.actions import add_fields, remove_fields  # noqa: E402
+
 PARTITIONS = 1000
 ADDS_PER_COMMIT = 100
 REMOVES_PER_COMMIT = 50
@@ -58,45 +60,11 @@ SCHEMA_STRING = json.dumps(
 # --- the standard (classic) checkpoint schema -------------------------------------------------
 
 STR_MAP = pa.map_(pa.string(), pa.string())
-DV_TYPE = pa.struct(
-    [
-        ("storageType", pa.string()),
-        ("pathOrInlineDv", pa.string()),
-        ("offset", pa.int32()),
-        ("sizeInBytes", pa.int32()),
-        ("cardinality", pa.int64()),
-        ("maxRowIndex", pa.int64()),
-    ]
-)
 TXN_TYPE = pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])
-ADD_FIELDS = [
-    ("path", pa.string()),
-    ("partitionValues", STR_MAP),
-    ("size", pa.int64()),
-    ("modificationTime", pa.int64()),
-    ("dataChange", pa.bool_()),
-    ("stats", pa.string()),
-    ("tags", STR_MAP),
-    ("deletionVector", DV_TYPE),
-    ("baseRowId", pa.int64()),
-    ("defaultRowCommitVersion", pa.int64()),
-    ("clusteringProvider", pa.string()),
-]
+# the checkpoint form of the file actions: the engine's action fields with partition values as a map
+ADD_FIELDS = add_fields(STR_MAP)
 ADD_TYPE = pa.struct(ADD_FIELDS)
-REMOVE_TYPE = pa.struct(
-    [
-        ("path", pa.string()),
-        ("deletionTimestamp", pa.int64()),
-        ("dataChange", pa.bool_()),
-        ("extendedFileMetadata", pa.bool_()),
-        ("partitionValues", STR_MAP),
-        ("size", pa.int64()),
-        ("tags", STR_MAP),
-        ("deletionVector", DV_TYPE),
-        ("baseRowId", pa.int64()),
-        ("defaultRowCommitVersion", pa.int64()),
-    ]
-)
+REMOVE_TYPE = pa.struct(remove_fields(STR_MAP))
 METADATA_TYPE = pa.struct(
     [
         ("id", pa.string()),

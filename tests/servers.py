@@ -19,6 +19,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_for(ready, proc: subprocess.Popen, what: str, seconds: float = 30) -> None:
+    """Poll ``ready()`` until it is true; stop ``proc`` and fail if it never is."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if ready():
+                return
+        except (OSError, httpx.HTTPError):
+            pass
+        time.sleep(0.2)
+    _stop(proc)
+    raise RuntimeError(f"{what} did not start")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 class MotoServer:
     """``moto_server`` on 127.0.0.1, an S3 API that tests can put real tables into."""
 
@@ -34,22 +56,10 @@ class MotoServer:
             [exe, "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                httpx.get(self.endpoint, timeout=1)
-                return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("moto_server did not start")
+        _wait_for(lambda: httpx.get(self.endpoint, timeout=1) is not None, self.proc, "moto_server")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        _stop(self.proc)
 
     def client(self):
         import boto3
@@ -126,22 +136,11 @@ class AzuriteServer:
              "--silent", "--disableTelemetry", "--skipApiVersionCheck"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("Azurite did not start")
+        _wait_for(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() is None,
+                  self.proc, "Azurite")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        _stop(self.proc)
 
     def service(self):
         from azure.storage.blob import BlobServiceClient
