@@ -175,12 +175,14 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
     def changes(share: str, schema: str, table: str, request: Request,
                 startingVersion: Optional[str] = None, endingVersion: Optional[str] = None,
                 startingTimestamp: Optional[str] = None, endingTimestamp: Optional[str] = None,
-                includeHistoricalMetadata: Optional[str] = None, maxFiles: Optional[str] = None,
+                includeHistoricalMetadata: Optional[str] = None, includeHistoricalProtocol: Optional[str] = None,
+                maxFiles: Optional[str] = None,
                 pageToken: Optional[str] = None, authorization: Optional[str] = Header(None),
                 delta_sharing_capabilities: Optional[str] = Header(None)):
         params = {"startingVersion": startingVersion, "endingVersion": endingVersion,
                   "startingTimestamp": startingTimestamp, "endingTimestamp": endingTimestamp,
-                  "includeHistoricalMetadata": includeHistoricalMetadata, "maxFiles": maxFiles,
+                  "includeHistoricalMetadata": includeHistoricalMetadata,
+                  "includeHistoricalProtocol": includeHistoricalProtocol, "maxFiles": maxFiles,
                   "pageToken": pageToken}
         return _reply(service.changes(who(authorization), share, schema, table, params,
                                       delta_sharing_capabilities, base(request)))

@@ -223,6 +223,7 @@ class SharingService:
         snap = self._snapshot(st, pinned if pinned is not None else req.version,
                               None if pinned is not None else req.timestamp)
         fmt = choose_format(caps, snap.config)
+        _check_paths_inside(snap)
         result = scan(snap, self._predicate(req), req.limit_hint)
         indices = result.indices
         page_size = min(req.max_files, self.config.query_table_page_size_limit) if req.max_files else None
@@ -288,15 +289,19 @@ class SharingService:
                 raise UnsupportedOperation(f"Delta protocol version ({c.protocol.min_reader_version},"
                                            f"{c.protocol.min_writer_version}) is too new for this server")
         fmt = choose_format(caps, start_cfg)
+        historical_protocol = req.include_historical_protocol and fmt == DELTA
         entries: list[tuple[str, Any, Any]] = []
         for c in changes:
+            if historical_protocol and c.protocol is not None and c.version > req.starting_version:
+                entries.append(("protocol", c, None))
             if c.metadata is not None and c.version > req.starting_version:
                 entries.append(("metaData", c, None))
             for kind in ("add", "remove"):
                 for action in c.actions(kind, data_change_only=True):
                     entries.append((kind, c, action))
         return self._change_reply(who, st, req.starting_version, start_cfg, fmt, caps, id_hash_header, base_url,
-                                  entries, req.max_files, req.page_token, req.checksum_params(), metadata_version=True)
+                                  entries, req.max_files, req.page_token, req.checksum_params(), metadata_version=True,
+                                  protocol_version=req.starting_version if historical_protocol else None)
 
     def changes(self, who: Principal, share: str, schema: str, table: str, params: dict[str, str | None],
                 capabilities: str | None, base_url: str) -> Reply:
@@ -346,8 +351,11 @@ class SharingService:
         historical = parse_bool_param(params.get("includeHistoricalMetadata"))
         head_cfg = start_cfg if historical else dt.config_at(latest)
         fmt = choose_format(caps, head_cfg)
+        historical_protocol = parse_bool_param(params.get("includeHistoricalProtocol")) and fmt == DELTA
         entries: list[tuple[str, Any, Any]] = []
         for c in changes:
+            if historical_protocol and c.protocol is not None and c.version > sv:
+                entries.append(("protocol", c, None))
             if historical and c.metadata is not None and c.version > sv:
                 entries.append(("metaData", c, None))
             if c.has_cdc:
@@ -356,13 +364,16 @@ class SharingService:
                 for kind in ("add", "remove"):
                     entries.extend((kind, c, a) for a in c.actions(kind, data_change_only=True))
         checksum = {"startingVersion": sv, "endingVersion": ev, "startingTimestamp": st_ts,
-                    "endingTimestamp": en_ts, "includeHistoricalMetadata": historical}
+                    "endingTimestamp": en_ts, "includeHistoricalMetadata": historical,
+                    "includeHistoricalProtocol": historical_protocol}
         return self._change_reply(who, st, sv, head_cfg, fmt, caps, None, base_url, entries, mf,
                                   params.get("pageToken"), checksum,
-                                  metadata_version=latest if not historical else True)
+                                  metadata_version=latest if not historical else True,
+                                  protocol_version=sv if historical_protocol else None)
 
     def _change_reply(self, who, st, start_version, head_cfg, fmt, caps, id_hash_header, base_url, entries,
-                      max_files, page_token, checksum_params, *, metadata_version) -> Reply:
+                      max_files, page_token, checksum_params, *, metadata_version,
+                      protocol_version: int | None = None) -> Reply:
         binding = TokenBinding(who.name, st.full_name.lower(), st.config.id)
         checksum = params_checksum(checksum_params)
         begin = 0
@@ -378,7 +389,8 @@ class SharingService:
                                                ttl_ms=self.config.query_table_page_token_ttl_ms, params=checksum)
             entries = entries[begin:begin + size]
         head_version = start_version if metadata_version is True else metadata_version
-        head = header_lines(head_cfg, fmt, history_shared=True, version=head_version)
+        head = header_lines(head_cfg, fmt, history_shared=True, version=head_version,
+                            protocol_version=protocol_version)
         maker = FileLineMaker(table_uri=self._delta(st).uri, signer=self.signer_factory(st, base_url),
                               expires_in=self.config.pre_signed_url_timeout_seconds, fmt=fmt,
                               id_hash=id_hash_header or fmt, now=self.clock())
@@ -388,6 +400,8 @@ class SharingService:
             for kind, c, action in entries:
                 if kind == "metaData":
                     yield header_lines(c.config, fmt, history_shared=True, version=c.version)[1]
+                elif kind == "protocol":
+                    yield header_lines(c.config, fmt, history_shared=True, protocol_version=c.version)[0]
                 else:
                     yield maker.line(kind, action, version=c.version, timestamp=c.timestamp)
 
@@ -395,6 +409,16 @@ class SharingService:
                                          min_url_expiration_timestamp=maker.expiry.min_ms)) if end_stream else None
         return Reply(headers=self._table_headers(start_version, caps, fmt, id_hash_header),
                      stream=_stream(head, body(), tail, end_stream))
+
+
+def _check_paths_inside(snap: Snapshot) -> None:
+    """Refuse, before any byte is sent, a snapshot naming files outside its table's root."""
+    paths = snap.live.column("path")
+    if snap.num_files and pc.any(pc.match_substring(paths, "://")).as_py():
+        root = snap.table_uri.rstrip("/") + "/"
+        outside = pc.and_(pc.match_substring(paths, "://"), pc.invert(pc.starts_with(paths, root)))
+        if pc.any(outside).as_py():
+            raise UnsupportedOperation("Table contains absolute paths outside its root and cannot be shared")
 
 
 def _plain_files(snap: Snapshot) -> bool:

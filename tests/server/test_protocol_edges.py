@@ -1,0 +1,181 @@
+"""Edges: history limits, historical protocol, mid-stream failures, logs without secrets, fuzzed input."""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+
+import httpx
+import orjson
+import pytest
+
+from conftest import TABLES, TOKEN
+from servers import RunningServer
+
+from deltaport.server import create_app, parse_config
+
+T = "/delta-sharing/shares/s/schemas/d/tables"
+
+
+def _serve(tables: list[dict], **extra) -> RunningServer:
+    cfg = parse_config({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
+                        **extra})
+    return RunningServer(create_app(cfg))
+
+
+def _lines(r) -> list[dict]:
+    return [orjson.loads(x) for x in r.content.splitlines() if x.strip()]
+
+
+def test_start_version_limits_every_read():
+    server = _serve([{"name": "t", "location": str(TABLES / "cdf-table"), "historyShared": True,
+                      "startVersion": 1}])
+    try:
+        with httpx.Client(base_url=server.url) as c:
+            r = c.post(T + "/t/query", json={"version": 0})
+            assert r.status_code == 400 and "since version 1" in r.json()["message"]
+            assert c.post(T + "/t/query", json={"version": 1}).status_code == 200
+            r = c.get(T + "/t/changes", params={"startingVersion": 0})
+            assert r.status_code == 400 and "table changes since version 1" in r.json()["message"]
+            assert c.get(T + "/t/changes", params={"startingVersion": 1}).status_code == 200
+            r = c.post(T + "/t/query", json={"startingVersion": 0})
+            assert r.status_code == 400 and "since version 1" in r.json()["message"]
+    finally:
+        server.stop()
+
+
+def test_include_historical_protocol(tmp_path):
+    server = _serve([{"name": "t", "location": str(TABLES / "cdf-table-with-dv"), "historyShared": True}])
+    caps = {"delta-sharing-capabilities": "responseformat=delta;readerfeatures=deletionvectors,columnmapping"}
+    try:
+        with httpx.Client(base_url=server.url) as c:
+            out = _lines(c.get(T + "/t/changes", headers=caps,
+                               params={"startingVersion": 0, "includeHistoricalProtocol": "true"}))
+            assert out[0]["protocol"]["version"] == 0
+            plain = _lines(c.get(T + "/t/changes", headers=caps, params={"startingVersion": 0}))
+            assert "version" not in plain[0]["protocol"]
+    finally:
+        server.stop()
+
+
+def test_absolute_paths_outside_the_root_are_refused_before_streaming(tmp_path):
+    table = tmp_path / "t"
+    shutil.copytree(TABLES / "basic_partitioned", table)
+    commit = table / "_delta_log" / f"{2:020d}.json"
+    commit.write_bytes(orjson.dumps({"add": {"path": "file:///etc/passwd", "partitionValues": {"letter": "z"},
+                                             "size": 10, "modificationTime": 1, "dataChange": True}}) + b"\n")
+    server = _serve([{"name": "t", "location": str(table)}])
+    try:
+        r = httpx.post(server.url + T + "/t/query", json={})
+        assert r.status_code == 400 and "absolute paths" in r.json()["message"]
+    finally:
+        server.stop()
+
+
+def test_failure_midway_becomes_an_end_stream_error_message():
+    """A signer that fails on the third file: with end-stream actions asked for, the client is told."""
+    from deltaport.delta import SnapshotCache
+    from deltaport.errors import StorageError
+    from deltaport.server.service import SharingService
+    from deltaport.server.tokens import TokenCodec
+
+    class FlakySigner:
+        calls = 0
+
+        def sign(self, path, *, expires_in, now=None):
+            FlakySigner.calls += 1
+            if FlakySigner.calls == 3:
+                raise StorageError("the store refused to sign")
+            from deltaport.signing import SignedUrl
+
+            return SignedUrl(f"https://store/{path}?X-Amz-Signature=x", 1)
+
+    cfg = parse_config({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [
+        {"name": "t", "location": str(TABLES / "basic_partitioned")}]}]}]})
+    service = SharingService(cfg, signer_factory=lambda st, base: FlakySigner(), cache=SnapshotCache(),
+                             codec=TokenCodec(b"k" * 32))
+    who = service.principal(None)
+    reply = service.query(who, "s", "d", "t", b"{}", "responseformat=parquet;includeendstreamaction=true", None,
+                          "http://x/")
+    out = [orjson.loads(x) for x in b"".join(reply.stream).splitlines()]
+    assert len([x for x in out if "file" in x]) < 6  # never a silently short list
+    assert out[-1]["endStreamAction"]["errorMessage"].startswith("RESOURCE_DOES_NOT_EXIST: the store refused")
+    FlakySigner.calls = 0
+    reply = service.query(who, "s", "d", "t", b"{}", None, None, "http://x/")
+    with pytest.raises(StorageError):  # without end-stream actions the response is cut, never silently short
+        b"".join(reply.stream)
+
+
+def test_change_feed_on_a_deletion_vector_table(profile):
+    delta_sharing = pytest.importorskip("delta_sharing")
+    df = delta_sharing.load_table_changes_as_pandas(f"{profile}#corpus.default.dv_cdf", starting_version=0,
+                                                    use_delta_format=True)
+    assert len(df) > 0 and set(df["_change_type"]) >= {"insert"}
+    with pytest.raises(Exception, match="deletionvectors"):  # parquet format cannot carry DVs
+        delta_sharing.load_table_changes_as_pandas(f"{profile}#corpus.default.dv_cdf", starting_version=0)
+
+
+def test_logs_carry_no_tokens_or_url_signatures(server, caplog):
+    caplog.set_level(logging.DEBUG)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    out = _lines(httpx.post(server.url + "/delta-sharing/shares/corpus/schemas/default/tables/partitioned/query",
+                            json={"includeRefreshToken": True}, headers=auth))
+    url = out[2]["file"]["url"]
+    httpx.get(url)
+    httpx.get(url.replace("X-Amz-Expires=900", "X-Amz-Expires=901"))  # a refused one is logged too
+    httpx.get(server.url + "/delta-sharing/shares", headers={"Authorization": "Bearer wrong-token-123"})
+    # the server's loggers only (the test's own HTTP client logs the URLs it fetches)
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith(("deltaport", "uvicorn")))
+    signature = url.split("X-Amz-Signature=")[1]
+    refresh = out[-1]["endStreamAction"]["refreshToken"]
+    for secret in (TOKEN, signature, "wrong-token-123", refresh, "X-Amz-Credential"):
+        assert secret not in text
+    assert "/delta-sharing/shares" in text  # the access log itself is there
+
+
+def _random_value(rng: random.Random):
+    return rng.choice([None, "", "0", "-1", "1e99", "9" * 30, "x", "true", "%00", "../..", "é", "'; drop",
+                       "2024-01-01T00:00:00Z", "2999-01-01T00:00:00Z", "[]", "{}", " ", "null"])
+
+
+def test_fuzzed_requests_never_get_a_5xx(server):
+    rng = random.Random(1234)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    base = "/delta-sharing/shares/corpus/schemas/default/tables/"
+    tables = ["partitioned", "dv", "cdf", "broken", "nohistory", "nosuch", "PARTITIONED", "a%2Fb"]
+    params = ["version", "timestamp", "startingVersion", "endingVersion", "startingTimestamp", "endingTimestamp",
+              "maxResults", "pageToken", "maxFiles", "includeHistoricalMetadata"]
+    fields = ["version", "timestamp", "startingVersion", "endingVersion", "limitHint", "maxFiles", "pageToken",
+              "includeRefreshToken", "refreshToken", "predicateHints", "jsonPredicateHints", "bogus"]
+    statuses = []
+    with httpx.Client(base_url=server.url, headers=auth, timeout=30) as c:
+        for _ in range(300):
+            table = rng.choice(tables)
+            kind = rng.choice(["query", "metadata", "changes", "version", "list", "head"])
+            headers = {}
+            if rng.random() < 0.5:
+                headers["delta-sharing-capabilities"] = rng.choice(
+                    ["responseformat=delta", "responseformat=parquet,delta;readerfeatures=deletionvectors",
+                     "responseformat=csv", ";;==", "includeendstreamaction=true", "asyncquery=true"])
+            if rng.random() < 0.2:
+                headers["fileidhash"] = rng.choice(["md5", "delta", "", "PARQUET"])
+            q = {p: _random_value(rng) for p in rng.sample(params, rng.randint(0, 3))}
+            q = {k: v for k, v in q.items() if v is not None}
+            if kind == "query":
+                body = {f: rng.choice([_random_value(rng), rng.randint(-5, 5), True, [1], {"a": 1}])
+                        for f in rng.sample(fields, rng.randint(0, 3))}
+                raw = orjson.dumps(body) if rng.random() < 0.8 else rng.choice([b"", b"{", b"\xff", b"[]"])
+                r = c.post(base + table + "/query", content=raw, headers=headers)
+            elif kind == "head":
+                r = c.head(base + table, params=q)
+            elif kind == "list":
+                r = c.get(rng.choice(["/delta-sharing/shares", "/delta-sharing/shares/corpus/schemas",
+                                      "/delta-sharing/shares/corpus/all-tables"]), params=q)
+            else:
+                r = c.get(base + table + "/" + kind, params=q, headers=headers)
+            statuses.append(r.status_code)
+            assert r.status_code < 500, (kind, table, q, headers, r.text[:300])
+            if r.status_code >= 400 and kind != "head":
+                assert set(r.json()) == {"errorCode", "message"}
+    assert any(s == 200 for s in statuses) and any(400 <= s < 500 for s in statuses)
