@@ -197,8 +197,20 @@ def _run(application, host: str, port: int, cfg) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     ssl = {}
-    if cfg.ssl is not None and not cfg.ssl.self_signed:
+    if cfg.ssl is not None and cfg.ssl.self_signed:
+        import tempfile
+        from pathlib import Path
+
+        from deltaport.server.tls import self_signed_certificate
+
+        cert, key = self_signed_certificate(Path(tempfile.mkdtemp(prefix="deltaport-tls-")), host)
+        ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    elif cfg.ssl is not None:
         ssl = {"ssl_certfile": cfg.ssl.certificate_file, "ssl_keyfile": cfg.ssl.certificate_key_file}
+        if cfg.ssl.certificate_password_file:
+            from pathlib import Path
+
+            ssl["ssl_keyfile_password"] = Path(cfg.ssl.certificate_password_file).read_text().strip()
     typer.echo(f"serving {len(cfg.shares)} share(s) on http{'s' if ssl else ''}://{host}:{port}{cfg.endpoint}")
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
     uvicorn.run(application, host=host, port=port, access_log=False, log_level="info", **ssl)

@@ -1,0 +1,55 @@
+"""`deltaport serve` with ssl.selfSigned: a real HTTPS server process."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
+
+
+def test_serve_self_signed_https(tmp_path):
+    from servers import free_port
+
+    port = free_port()
+    cfg = {"version": 1, "host": "127.0.0.1", "port": port, "ssl": {"selfSigned": True},
+           "authorization": {"bearerToken": "tls-token"},
+           "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [
+               {"name": "t", "location": str(TABLES / "basic_partitioned")}]}]}]}
+    path = tmp_path / "server.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "deltaport"), "serve", "--config", str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                r = httpx.get(f"https://127.0.0.1:{port}/delta-sharing/shares", verify=False,
+                              headers={"Authorization": "Bearer tls-token"}, timeout=2)
+                break
+            except httpx.HTTPError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert r.status_code == 200 and r.json()["items"] == [{"name": "s"}]
+        cert = ssl.get_server_certificate(("127.0.0.1", port))
+        assert "BEGIN CERTIFICATE" in cert
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_serve_refuses_a_bad_config_in_one_line(tmp_path):
+    path = tmp_path / "server.yaml"
+    path.write_text("version: 1\nshares:\n- schemas: []\n")
+    out = subprocess.run([str(Path(sys.executable).parent / "deltaport"), "serve", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "'name' in a share must be provided" in out.stderr
+    assert "Traceback" not in out.stderr
