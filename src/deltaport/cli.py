@@ -190,6 +190,24 @@ def _demo_read_back(application, port: int, profile: str, names: list[str]) -> N
         thread.join(10)
 
 
+def _warm_up() -> None:
+    """Pay first-call costs at start-up, not on the first recipient's request (pyarrow imports
+    pandas lazily on its first conversion; compute kernels and the JSON reader initialise once)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        pass
+    table = pj.read_json(io.BytesIO(b'{"a":"x=1"}\n'))
+    pc.binary_join_element_wise(pc.replace_substring(table.column("a"), "=", "%3D"), "", "")
+    pa.array([1]).to_pylist()
+
+
 def _run(application, host: str, port: int, cfg) -> None:
     import logging
 
@@ -211,6 +229,7 @@ def _run(application, host: str, port: int, cfg) -> None:
             from pathlib import Path
 
             ssl["ssl_keyfile_password"] = Path(cfg.ssl.certificate_password_file).read_text().strip()
+    _warm_up()
     typer.echo(f"serving {len(cfg.shares)} share(s) on http{'s' if ssl else ''}://{host}:{port}{cfg.endpoint}")
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
     uvicorn.run(application, host=host, port=port, access_log=False, log_level="info", **ssl)
