@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from deltaport.delta.arrow_util import np_array, select_rows
 from deltaport.delta.actions import DV_TYPE, TAGS_TYPE, Metadata, Protocol, file_schema
 from deltaport.delta.commit_json import parse_actions
-from deltaport.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFile, LogFileKind
+from deltaport.delta.log_path import SIDECAR_DIR, LogFile, LogFileKind
 from deltaport.errors import CorruptLog, DeltaportError, ObjectNotFound
 from deltaport.storage.base import ObjectStore
 
@@ -278,4 +278,4 @@ def checkpoint_metadata_only(store: ObjectStore, parts: list[LogFile], *, table:
     return out
 
 
-__all__ = ["CheckpointData", "read_checkpoint", "checkpoint_metadata_only", "adds_from_struct", "LOG_DIR"]
+__all__ = ["CheckpointData", "read_checkpoint", "checkpoint_metadata_only", "adds_from_struct"]

@@ -19,7 +19,8 @@ from deltaport.delta.commit_json import parse_actions, peek_in_commit_timestamp,
 from deltaport.delta.history import CommitHistory, parse_timestamp
 from deltaport.delta.log_path import LogFile
 from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log
-from deltaport.delta.replay import replay
+from deltaport.delta.actions import file_schema
+from deltaport.delta.replay import replay, with_keys
 from deltaport.delta.snapshot import Snapshot
 from deltaport.delta.table_changes import CommitChanges
 from deltaport.delta.table_config import TableConfig
@@ -212,10 +213,7 @@ class DeltaTable:
         parsed = [(lf, parse_actions(datas.pop(lf.version), pv, where=lf.path, table=self.uri)) for lf in segment.commits]
         live = replay(base, [(a.adds, a.removes) for _, a in parsed], self.uri)
         if live is None:
-            from deltaport.delta.actions import file_schema
-            from deltaport.delta.replay import with_keys
-
-            live = with_keys(file_schema("add", pv).empty_table())
+            live = empty_live(pv)
         return Snapshot(self.uri, segment.version, config, live, self._timestamp_of(segment.version))
 
     # --- history ----------------------------------------------------------------------------
@@ -294,7 +292,5 @@ class DeltaTable:
 
 
 def empty_live(pv: list[str]) -> pa.Table:
-    from deltaport.delta.actions import file_schema
-    from deltaport.delta.replay import with_keys
-
+    """The live-file table of a snapshot without files."""
     return with_keys(file_schema("add", pv).empty_table())
