@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"  # Spark starts its Python workers as python3 from PATH
 exec .venv/bin/deltaport demo "${1:-.demo}" --read-back --port "${PORT:-8765}"

@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"  # Spark starts its Python workers as python3 from PATH
 export SPARK_LOCAL_IP=127.0.0.1
 export DELTAPORT_SHARED=${DELTAPORT_SHARED:-$(cd .. && pwd)/shared}
 .venv/bin/lint-imports

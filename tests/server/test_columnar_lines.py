@@ -63,3 +63,15 @@ def test_subset_and_window_cache():
     part = b"".join(lines.lines(snap, pa.array([4, 1], pa.int64()), signer, expires_in=900, now=NOW,
                                 id_hash="parquet")[0]).splitlines()
     assert part == [full[4], full[1]]
+
+
+def test_short_lifetimes_are_signed_at_now_not_at_the_window_start():
+    snap = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
+    signer = LocalFileSigner("http://127.0.0.1:9/delta-sharing", "k" * 24, "AK", b"s" * 32)
+    now = NOW + 59  # late in the window
+    _, expiry = ColumnarLines().lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=30, now=now,
+                                      id_hash="parquet")
+    assert expiry == int(now + 30) * 1000
+    _, expiry = ColumnarLines().lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=now,
+                                      id_hash="parquet")
+    assert int(now) * 1000 + 840_000 <= expiry <= int(now) * 1000 + 900_000

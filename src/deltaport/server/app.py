@@ -43,6 +43,12 @@ def _reply(reply: Reply, head: bool = False) -> Response:
     return Response(status_code=reply.status, headers=reply.headers)
 
 
+class _LargeChunkFileResponse(FileResponse):
+    """Files go out in 1 MiB pieces (the default 64 KiB costs the server ~2x the CPU per GB)."""
+
+    chunk_size = 1024 * 1024
+
+
 class AccessLog:
     """Pure ASGI access log: method, path, status, time. Never the query string (URL signatures,
     tokens) and never headers (bearer tokens)."""
@@ -214,6 +220,6 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
             raise PermissionDenied("this URL names a file outside the shared table")
         if not full.is_file():
             raise ResourceNotFound(f"file not found: {rel}")
-        return FileResponse(os.fspath(full), media_type="application/octet-stream")
+        return _LargeChunkFileResponse(os.fspath(full), media_type="application/octet-stream")
 
     return app

@@ -108,7 +108,10 @@ class ColumnarLines:
                              self._max_prepared, lambda: PreparedFiles(snapshot, id_hash))
         if len(indices) == 0:
             return iter(()), None
-        window = int(now) - int(now) % WINDOW_SECONDS
+        # sign at the start of the window so URLs repeat within it, unless that would cut a short
+        # lifetime by more than a quarter (then sign at now and reuse nothing)
+        windowed = expires_in >= 4 * WINDOW_SECONDS
+        window = int(now) - int(now) % WINDOW_SECONDS if windowed else int(now)
         prefix = signer.table_uri_prefix.encode()
         idx = pa.array(np.asarray(indices, dtype=np.int64))
         uris = prepared.relative_uris.take(idx)
@@ -117,7 +120,7 @@ class ColumnarLines:
             query, sigs, expiry = signer.presign_uris(batch.to_pylist(), expires_in=expires_in, now=window)
             return query, pa.array(sigs, pa.string()), expiry
 
-        if len(idx) == prepared.num_files:  # a whole-table read: reuse this window's signatures
+        if windowed and len(idx) == prepared.num_files:  # a whole-table read: reuse this window's signatures
             key = (id(prepared), signer.endpoint, prefix, window, expires_in)
             query, all_sigs, expiry = self._get(self._signed, key, self._max_signed,
                                                 lambda: sign(prepared.relative_uris))
