@@ -1,0 +1,339 @@
+"""What the sharing server sends, as small frozen dataclasses: names, protocol, metadata, files.
+
+Both response formats parse into the same objects: a parquet-format ``file``/``add``/``remove``/
+``cdf`` line and a delta-format ``file`` line wrapping ``deltaSingleAction.add``/``remove``/``cdc``
+all become a :class:`FileAction`. Unknown fields are ignored; a missing required field raises
+:class:`~deltaport.client.errors.IncompleteResponse` naming the line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import orjson
+
+from deltaport.client.errors import IncompleteResponse
+from deltaport.protocol.capabilities import DELTA, PARQUET
+
+__all__ = ["Share", "Schema", "Table", "Format", "Protocol", "Metadata", "FileAction", "EndStreamAction",
+           "ResponsePage", "PageParser", "pair_deletion_vector_changes"]
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Share:
+    name: str
+    id: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Schema:
+    name: str
+    share: str
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    share: str
+    schema: str
+    id: str | None = field(default=None, compare=False)
+    share_id: str | None = field(default=None, compare=False)
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.share}.{self.schema}.{self.name}"
+
+
+# --- protocol and metadata ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Format:
+    provider: str = "parquet"
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The table's protocol. In the parquet format only ``min_reader_version`` is known."""
+
+    min_reader_version: int
+    min_writer_version: int | None = None
+    reader_features: tuple[str, ...] | None = None
+    writer_features: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_line(cls, obj: Mapping[str, Any]) -> "Protocol":
+        raw = obj.get("deltaProtocol", obj)
+        try:
+            reader = raw.get("readerFeatures")
+            writer = raw.get("writerFeatures")
+            return cls(int(raw["minReaderVersion"]),
+                       int(raw["minWriterVersion"]) if raw.get("minWriterVersion") is not None else None,
+                       tuple(reader) if reader is not None else None, tuple(writer) if writer is not None else None)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IncompleteResponse(f"the protocol line lacks a valid minReaderVersion ({exc})",
+                                     error_code="MALFORMED_RESPONSE") from None
+
+    def to_delta(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"minReaderVersion": self.min_reader_version}
+        if self.min_writer_version is not None:
+            out["minWriterVersion"] = self.min_writer_version
+        if self.reader_features is not None:
+            out["readerFeatures"] = list(self.reader_features)
+        if self.writer_features is not None:
+            out["writerFeatures"] = list(self.writer_features)
+        return out
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """The table's metadata (attribute names as in the official connector)."""
+
+    id: str | None = None
+    name: str | None = None
+    description: str | None = None
+    format: Format = field(default_factory=Format)
+    schema_string: str | None = None
+    configuration: Mapping[str, str] = field(default_factory=dict)
+    partition_columns: Sequence[str] = field(default_factory=tuple)
+    version: int | None = None
+    size: int | None = None
+    num_files: int | None = None
+    created_time: int | None = None
+
+    @classmethod
+    def from_line(cls, obj: Mapping[str, Any]) -> "Metadata":
+        raw = obj.get("deltaMetadata", obj)
+        try:
+            fmt = raw.get("format") or {}
+            schema_string = raw["schemaString"]
+            if not isinstance(schema_string, str):
+                raise TypeError("schemaString is not a string")
+            return cls(
+                id=raw.get("id"), name=raw.get("name"), description=raw.get("description"),
+                format=Format(fmt.get("provider", "parquet"), dict(fmt.get("options") or {})),
+                schema_string=schema_string, configuration=dict(raw.get("configuration") or {}),
+                partition_columns=tuple(raw.get("partitionColumns") or ()),
+                version=obj.get("version"), size=obj.get("size"), num_files=obj.get("numFiles"),
+                created_time=raw.get("createdTime"),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise IncompleteResponse(f"the metaData line lacks a valid schemaString ({exc})",
+                                     error_code="MALFORMED_RESPONSE") from None
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+_CHANGE_TYPES = {"add": "insert", "remove": "delete", "cdf": "cdf", "cdc": "cdf"}
+
+
+@dataclass(frozen=True)
+class FileAction:
+    """One data file to read, in either response format.
+
+    ``change_type`` is None for snapshot files, and ``"insert"`` (add), ``"delete"`` (remove) or
+    ``"cdf"`` (a change-data file that carries its own ``_change_type`` column) in change feeds.
+    ``paired`` marks a change-feed add/remove whose file is also removed/added in the same commit
+    with a different deletion vector; only the rows whose deletion state differs between the two
+    are changes (``paired_deletion_vector`` is the other action's DV, or None).
+    """
+
+    url: str
+    id: str
+    size: int
+    partition_values: Mapping[str, str | None] = field(default_factory=dict)
+    stats: str | None = None
+    deletion_vector: Mapping[str, Any] | None = None
+    version: int | None = None
+    timestamp: int | None = None
+    change_type: str | None = None
+    expiration_timestamp: int | None = None
+    paired: bool = False
+    paired_deletion_vector: Mapping[str, Any] | None = None
+
+    @property
+    def key(self) -> tuple[str, int | None, str | None]:
+        """Identity of this action across responses (URLs change, ids do not)."""
+        return (self.id, self.version, self.change_type)
+
+    @property
+    def num_records(self) -> int | None:
+        """Rows in the file net of its deletion vector, from stats (None when unknown)."""
+        if not self.stats:
+            return None
+        try:
+            n = orjson.loads(self.stats).get("numRecords")
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        if not isinstance(n, int):
+            return None
+        dv = self.deletion_vector
+        return n - int(dv.get("cardinality", 0)) if dv else n
+
+    @classmethod
+    def from_parquet_line(cls, kind: str, obj: Mapping[str, Any], *, changes: bool) -> "FileAction":
+        try:
+            return cls(
+                url=obj["url"], id=obj["id"], size=int(obj["size"]),
+                partition_values=obj.get("partitionValues") or {}, stats=obj.get("stats"),
+                version=obj.get("version"), timestamp=obj.get("timestamp"),
+                change_type=_CHANGE_TYPES.get(kind),
+                expiration_timestamp=obj.get("expirationTimestamp"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IncompleteResponse(f"a '{kind}' line lacks {exc}", error_code="MALFORMED_RESPONSE") from None
+
+    @classmethod
+    def from_delta_line(cls, obj: Mapping[str, Any], *, changes: bool) -> "FileAction":
+        try:
+            single = obj["deltaSingleAction"]
+            kind = next(k for k in ("add", "remove", "cdc") if k in single)
+            action = single[kind]
+            return cls(
+                url=action["path"], id=obj["id"], size=int(action.get("size") or 0),
+                partition_values=action.get("partitionValues") or {}, stats=action.get("stats"),
+                deletion_vector=action.get("deletionVector") or None,
+                version=obj.get("version"), timestamp=obj.get("timestamp"),
+                change_type=_CHANGE_TYPES[kind] if changes or kind != "add" else None,
+                expiration_timestamp=obj.get("expirationTimestamp"),
+            )
+        except (KeyError, TypeError, ValueError, StopIteration) as exc:
+            raise IncompleteResponse(f"a delta-format file line lacks {exc or 'an add, remove or cdc action'}",
+                                     error_code="MALFORMED_RESPONSE") from None
+
+
+@dataclass(frozen=True)
+class EndStreamAction:
+    refresh_token: str | None = None
+    next_page_token: str | None = None
+    min_url_expiration_timestamp: int | None = None
+    error_message: str | None = None
+
+    @classmethod
+    def from_line(cls, obj: Mapping[str, Any]) -> "EndStreamAction":
+        return cls(obj.get("refreshToken") or None, obj.get("nextPageToken") or None,
+                   obj.get("minUrlExpirationTimestamp"), obj.get("errorMessage") or None)
+
+
+# --- one response page ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResponsePage:
+    protocol: Protocol
+    metadata: Metadata
+    format: str
+    files: tuple[FileAction, ...]
+    metadata_changes: tuple[Metadata, ...] = ()
+    end_stream: EndStreamAction | None = None
+    table_version: int | None = None
+
+
+class PageParser:
+    """Feed NDJSON lines (bytes); :meth:`finish` checks the page is whole and returns it."""
+
+    def __init__(self, *, changes: bool, request: str) -> None:
+        self.changes = changes
+        self.request = request
+        self.protocol: Protocol | None = None
+        self.metadata: Metadata | None = None
+        self.format: str | None = None
+        self.files: list[FileAction] = []
+        self.metadata_changes: list[Metadata] = []
+        self.end_stream: EndStreamAction | None = None
+        self.lines = 0
+
+    def _fail(self, message: str, code: str = "MALFORMED_RESPONSE") -> IncompleteResponse:
+        return IncompleteResponse(message, error_code=code, request=self.request)
+
+    def feed(self, raw: bytes) -> None:
+        self.lines += 1
+        if self.end_stream is not None:
+            raise self._fail("the response has lines after its endStreamAction")
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise self._fail(f"line {self.lines} of the response is not JSON: {raw[:80]!r}") from None
+        if not isinstance(obj, dict) or len(obj) != 1:
+            raise self._fail(f"line {self.lines} of the response is not a single action: {raw[:80]!r}")
+        (kind, body), = obj.items()
+        if not isinstance(body, dict):
+            raise self._fail(f"line {self.lines} ('{kind}') is not a JSON object")
+        if kind == "file":
+            if "deltaSingleAction" in body:
+                self._need_head(kind, DELTA)
+                self.files.append(FileAction.from_delta_line(body, changes=self.changes))
+            else:
+                self._need_head(kind, PARQUET)
+                self.files.append(FileAction.from_parquet_line(kind, body, changes=self.changes))
+        elif kind in ("add", "remove", "cdf"):
+            self._need_head(kind, PARQUET)
+            self.files.append(FileAction.from_parquet_line(kind, body, changes=True))
+        elif kind == "metaData":
+            md = Metadata.from_line(body)
+            if self.metadata is None:
+                if self.protocol is None:
+                    raise self._fail("the response sent metaData before protocol")
+                self.metadata = md
+            else:
+                self.metadata_changes.append(md)
+        elif kind == "protocol":
+            if self.protocol is None:
+                self.protocol = Protocol.from_line(body)
+                self.format = DELTA if "deltaProtocol" in body else PARQUET
+            # later protocol lines (historical protocol) need no action: the reader checks features
+        elif kind == "endStreamAction":
+            self.end_stream = EndStreamAction.from_line(body)
+            if self.end_stream.error_message:
+                message = self.end_stream.error_message
+                code, _, rest = message.partition(": ")
+                if code and code.replace("_", "").isalnum() and code.isupper() and rest:
+                    raise self._fail(rest, code)
+                raise self._fail(message, "SERVER_STREAM_ERROR")
+        # unknown actions (queryStatus, future additions) are ignored
+
+    def _need_head(self, kind: str, fmt: str) -> None:
+        if self.metadata is None:
+            raise self._fail(f"the response sent a '{kind}' line before protocol and metaData")
+        if self.format != fmt:
+            raise self._fail(f"the response mixes response formats ({self.format} protocol, {fmt} '{kind}' line)")
+
+    def finish(self, *, table_version: int | None, expect_end_stream: bool) -> ResponsePage:
+        if self.protocol is None or self.metadata is None:
+            raise self._fail("the response ended before its protocol and metaData lines", "INCOMPLETE_RESPONSE")
+        if expect_end_stream and self.end_stream is None:
+            raise self._fail("the response ended without its endStreamAction line: it was cut short",
+                             "INCOMPLETE_RESPONSE")
+        return ResponsePage(self.protocol, self.metadata, self.format or PARQUET, tuple(self.files),
+                            tuple(self.metadata_changes), self.end_stream, table_version)
+
+
+def pair_deletion_vector_changes(files: Sequence[FileAction]) -> list[FileAction]:
+    """Mark change-feed add/remove pairs of one file in one commit that differ by deletion vector.
+
+    A DELETE or UPDATE that writes a deletion vector removes the file with its old DV and adds it
+    back with the new one, and records no change-data file: the rows deleted (or restored) are
+    those whose deletion state differs between the two DVs. Each action of such a pair gets
+    ``paired=True`` and the other's DV in ``paired_deletion_vector``.
+    """
+    from dataclasses import replace
+
+    groups: dict[tuple[str, int | None], list[int]] = {}
+    for i, f in enumerate(files):
+        if f.change_type in ("insert", "delete"):
+            groups.setdefault((f.id, f.version), []).append(i)
+    out = list(files)
+    for indexes in groups.values():
+        if len(indexes) != 2:
+            continue
+        a, b = (out[i] for i in indexes)
+        if a.change_type == b.change_type or not (a.deletion_vector or b.deletion_vector):
+            continue
+        out[indexes[0]] = replace(a, paired=True, paired_deletion_vector=b.deletion_vector)
+        out[indexes[1]] = replace(b, paired=True, paired_deletion_vector=a.deletion_vector)
+    return out

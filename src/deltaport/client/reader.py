@@ -1,0 +1,331 @@
+"""One shared data file → an Arrow table of the shared table's rows.
+
+:func:`read_file` downloads a file from its presigned URL, applies its deletion vector (inline,
+or on disk behind a presigned ``storageType "p"`` URL), maps physical column names to logical
+ones (column mapping, nested fields included), fills partition columns from the typed partition
+values, and casts every column to exactly the type of :attr:`TableInfo.arrow_schema`.
+:func:`read_change_file` does the same for change-feed actions and appends ``_change_type``,
+``_commit_version`` and ``_commit_timestamp``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from deltaport.client.errors import FileDownloadError, UrlExpired
+from deltaport.client.model import FileAction
+from deltaport.client.retry import RetryPolicy, call_with_retries
+from deltaport.client.schema import CHANGE_COLUMNS, ColumnSpec, TableInfo, parse_partition_value
+from deltaport.client.transport import file_http_client
+from deltaport.dv import DeletionVectorDescriptor, keep_mask, read_dv
+
+__all__ = ["read_file", "read_change_file", "download", "conform", "DEFAULT_DOWNLOAD_RETRY"]
+
+DEFAULT_DOWNLOAD_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
+_CHANGE_NAMES = tuple(name for name, _ in CHANGE_COLUMNS)
+_EXPIRED_MARKERS = ("expired", "ExpiredToken", "AuthenticationFailed", "SignatureDoesNotMatch")
+
+
+# --- HTTP -------------------------------------------------------------------------------------------
+
+
+def _describe(url: str) -> str:
+    """A URL without its query string (signatures stay out of messages and logs)."""
+    return url.split("?", 1)[0]
+
+
+def download(url: str, http: httpx.Client, *, byte_range: tuple[int, int] | None = None,
+             retry: RetryPolicy = DEFAULT_DOWNLOAD_RETRY, file_id: str | None = None) -> bytes:
+    """GET ``url`` (or ``byte_range`` = (offset, length) of it) with retries on 429/5xx/connection errors.
+
+    A refused URL (401/403, or a 400 that says the signature expired) raises :class:`UrlExpired`
+    so the caller can ask the server for fresh URLs. The URL's expiration time is not checked
+    here: the storage decides (the client's clock may differ from the server's).
+    """
+    headers = {}
+    if byte_range is not None:
+        offset, length = byte_range
+        headers["Range"] = f"bytes={offset}-{offset + length - 1}"
+
+    def once() -> httpx.Response:
+        response = http.get(url, headers=headers)
+        response.read()
+        return response
+
+    response = call_with_retries(once, retry, what=f"the download of {_describe(url)}")
+    status = response.status_code
+    if status in (200, 206):
+        data = response.content
+        if byte_range is not None and status == 200:  # the store ignored Range
+            data = data[byte_range[0]:byte_range[0] + byte_range[1]]
+        return data
+    body = response.text[:500] if response.content else ""
+    if status in (401, 403) or (status == 400 and any(m in body for m in _EXPIRED_MARKERS)):
+        raise UrlExpired(f"the storage refused the presigned URL of file {file_id or _describe(url)} "
+                         f"(HTTP {status}): it expired or was revoked; the file list must be refreshed",
+                         http_status=status, file_id=file_id)
+    if status == 404:
+        raise FileDownloadError(f"file {_describe(url)} was not found in storage (HTTP 404): the table may have "
+                                "been vacuumed after the file list was made; read the table again",
+                                http_status=404, file_id=file_id)
+    raise FileDownloadError(f"downloading {_describe(url)} failed with HTTP {status}: {' '.join(body.split())[:200]}",
+                            http_status=status, file_id=file_id)
+
+
+class _OwnClient:
+    """Use the caller's client, or a short-lived one of our own."""
+
+    def __init__(self, http: httpx.Client | None) -> None:
+        self.http = http
+        self.owned = http is None
+
+    def __enter__(self) -> httpx.Client:
+        if self.http is None:
+            self.http = file_http_client()
+        return self.http
+
+    def __exit__(self, *exc) -> None:
+        if self.owned and self.http is not None:
+            self.http.close()
+
+
+# --- deletion vectors ------------------------------------------------------------------------------
+
+
+def _deleted_rows(dv: Mapping[str, Any] | None, http: httpx.Client, file_id: str) -> np.ndarray:
+    if not dv:
+        return np.empty(0, dtype=np.uint64)
+    descriptor = DeletionVectorDescriptor.from_dict(dv)
+    if descriptor.storage_type == "u":
+        raise FileDownloadError("the server sent a deletion vector with a relative path (storageType 'u'); a "
+                                "sharing server must presign it (storageType 'p'): ask the data provider",
+                                http_status=400, file_id=file_id)
+
+    def read_range(path: str, offset: int, length: int) -> bytes:
+        return download(path, http, byte_range=(offset, length), file_id=file_id)
+
+    return read_dv(descriptor, read_range)
+
+
+def _row_mask(action: FileAction, num_rows: int, http: httpx.Client) -> np.ndarray | None:
+    """Rows to keep (None = all): not deleted by the file's DV, and for a paired change-feed
+    action, deleted by the paired DV (the rows whose state changed in the commit)."""
+    if not action.deletion_vector and not action.paired:
+        return None
+    keep = keep_mask(_deleted_rows(action.deletion_vector, http, action.id), num_rows)
+    if action.paired:
+        keep &= ~keep_mask(_deleted_rows(action.paired_deletion_vector, http, action.id), num_rows)
+    return keep
+
+
+# --- type conforming ------------------------------------------------------------------------------
+
+_NESTED = (pa.types.is_struct, pa.types.is_list, pa.types.is_large_list, pa.types.is_map)
+
+
+def _cast(arr: pa.Array, target: pa.DataType) -> pa.Array:
+    if arr.type == target:
+        return arr
+    if pa.types.is_null(arr.type):
+        return pa.nulls(len(arr), target)
+    if pa.types.is_timestamp(target) or pa.types.is_time(target):
+        return pc.cast(arr, options=pc.CastOptions(target, allow_time_truncate=True))
+    return pc.cast(arr, target)
+
+
+def _child_index(struct_type: pa.StructType, physical: str, logical: str) -> int:
+    for name in (physical, logical):
+        i = struct_type.get_field_index(name)
+        if i >= 0:
+            return i
+    lowered = {struct_type.field(i).name.lower(): i for i in range(struct_type.num_fields)}
+    return lowered.get(physical.lower(), lowered.get(logical.lower(), -1))
+
+
+def _conform_array(arr: pa.Array, physical: pa.DataType, logical: pa.DataType) -> pa.Array:
+    if arr.type == logical:
+        return arr
+    if not any(test(logical) for test in _NESTED):
+        return _cast(arr, logical)
+    if pa.types.is_null(arr.type):
+        return pa.nulls(len(arr), logical)
+    if arr.offset:
+        arr = pa.concat_arrays([arr])
+    mask = arr.is_null() if arr.null_count else None
+    if pa.types.is_struct(logical) and pa.types.is_struct(arr.type):
+        children = []
+        for pf, lf in zip(physical, logical):
+            i = _child_index(arr.type, pf.name, lf.name)
+            children.append(_conform_array(arr.field(i), pf.type, lf.type) if i >= 0 else pa.nulls(len(arr), lf.type))
+        return pa.StructArray.from_arrays(children, fields=list(logical), mask=mask)
+    if pa.types.is_list(logical) and (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        values = _conform_array(arr.values, physical.value_type, logical.value_type)
+        return pa.ListArray.from_arrays(arr.offsets.cast(pa.int32()), values, type=logical, mask=mask)
+    if pa.types.is_map(logical) and pa.types.is_map(arr.type):
+        keys = _conform_array(arr.keys, physical.key_type, logical.key_type)
+        items = _conform_array(arr.items, physical.item_type, logical.item_type)
+        return pa.MapArray.from_arrays(arr.offsets, keys, items, type=logical, mask=mask)
+    return _cast(arr, logical)
+
+
+def conform(column: pa.ChunkedArray | pa.Array, physical: pa.DataType, logical: pa.DataType) -> pa.ChunkedArray:
+    """A column read by physical names → the logical type (nested fields renamed, types cast)."""
+    if isinstance(column, pa.Array):
+        column = pa.chunked_array([column], type=column.type)
+    if column.type == logical:
+        return column
+    return pa.chunked_array([_conform_array(chunk, physical, logical) for chunk in column.chunks], type=logical)
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+
+def _selected(table: TableInfo, columns: Sequence[str] | None) -> list[ColumnSpec]:
+    if columns is None:
+        return list(table.columns)
+    wanted = set()
+    for name in columns:
+        if name in _CHANGE_NAMES:
+            continue
+        wanted.add(table.column(name).name)
+    return [c for c in table.columns if c.name in wanted]
+
+
+def _partition_value(spec: ColumnSpec, values: Mapping[str, Any]) -> tuple[bool, Any]:
+    for key in (spec.physical_name, spec.name):
+        if key in values:
+            return True, values[key]
+    lowered = {k.lower(): v for k, v in values.items()}
+    for key in (spec.physical_name.lower(), spec.name.lower()):
+        if key in lowered:
+            return True, lowered[key]
+    return False, None
+
+
+def _source_name(spec: ColumnSpec, names: Mapping[str, str]) -> str | None:
+    """The file's column holding ``spec`` (physical name first, then logical, case-insensitively)."""
+    for key in (spec.physical_name, spec.name):
+        if key in names:
+            return names[key]
+    for key in (spec.physical_name.lower(), spec.name.lower()):
+        if key in names:
+            return names[key]
+    return None
+
+
+def _read(action: FileAction, table: TableInfo, columns: Sequence[str] | None, http: httpx.Client | None,
+          *, change: bool, use_threads: bool = True) -> pa.Table:
+    specs = _selected(table, columns)
+    with _OwnClient(http) as client:
+        data = download(action.url, client, file_id=action.id)
+        try:
+            pf = pq.ParquetFile(pa.BufferReader(data), coerce_int96_timestamp_unit="us")
+            file_names: dict[str, str] = {}
+            for name in pf.schema_arrow.names:
+                file_names.setdefault(name, name)
+                file_names.setdefault(name.lower(), name)
+            sources: dict[str, str | None] = {}
+            for spec in specs:
+                in_partition = spec.is_partition and _partition_value(spec, action.partition_values)[0]
+                sources[spec.name] = None if in_partition else _source_name(spec, file_names)
+            to_read = list(dict.fromkeys(s for s in sources.values() if s is not None))
+            cdf_column = change and action.change_type == "cdf"
+            if cdf_column:
+                if "_change_type" not in file_names:
+                    raise FileDownloadError(f"change data file {action.id} has no _change_type column",
+                                            http_status=400, file_id=action.id)
+                to_read.append(file_names["_change_type"])
+            data_table = pf.read(columns=to_read, use_threads=use_threads) if to_read else None
+            num_rows = data_table.num_rows if data_table is not None else pf.metadata.num_rows
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise FileDownloadError(f"file {action.id} is not a readable parquet file ({exc})", http_status=400,
+                                    file_id=action.id) from None
+        del data, pf
+        mask = _row_mask(action, num_rows, client)
+    if mask is not None:
+        if data_table is not None:
+            data_table = data_table.filter(pa.array(mask))
+        num_rows = int(mask.sum())
+    arrays, fields = [], []
+    for spec in specs:
+        source = sources[spec.name]
+        if source is not None:
+            arrays.append(conform(data_table.column(source), spec.physical_type, spec.type))
+        elif spec.is_partition:
+            arrays.append(_partition_column(spec, action, num_rows))
+        else:  # a column the file does not have (added after the file was written)
+            arrays.append(pa.nulls(num_rows, spec.type))
+        fields.append(table.arrow_schema.field(spec.name))
+    if change:
+        wanted = set(_CHANGE_NAMES if columns is None else columns)
+        for name, typ in CHANGE_COLUMNS:
+            if name not in wanted:
+                continue
+            if name == "_change_type":
+                column = (_cast(data_table.column(file_names["_change_type"]).combine_chunks(), pa.string())
+                          if cdf_column else pa.repeat(pa.scalar(action.change_type, pa.string()), num_rows))
+            elif name == "_commit_version":
+                column = pa.repeat(pa.scalar(action.version, pa.int64()), num_rows)
+            else:
+                column = pa.repeat(pa.scalar(action.timestamp, pa.int64()), num_rows)
+            arrays.append(column)
+            fields.append(pa.field(name, typ))
+    if not arrays:  # no column asked for (e.g. a count): keep the row count
+        return pa.Table.from_arrays([pa.nulls(num_rows)], names=["_"]).select([])
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _partition_column(spec: ColumnSpec, action: FileAction, num_rows: int) -> pa.Array:
+    _, text = _partition_value(spec, action.partition_values)
+    try:
+        value = parse_partition_value(text, spec.type)
+        scalar = pa.scalar(value, spec.type)
+    except (ValueError, TypeError, pa.ArrowException) as exc:
+        raise FileDownloadError(f"partition value {text!r} of column {spec.name!r} in file {action.id} is not a "
+                                f"valid {spec.type}: {exc}", http_status=400, file_id=action.id) from None
+    return pa.repeat(scalar, num_rows)
+
+
+def read_file(action: FileAction, table: TableInfo, *, columns: list[str] | None = None,
+              http: httpx.Client | None = None) -> pa.Table:
+    """Rows of one data file: logical column names in table-schema order (``columns`` selects a
+    subset), deletion vector applied, partition columns filled and typed, every column cast to
+    exactly its type in ``table.arrow_schema``.
+
+    ``http`` is the client for presigned URLs (never the one that carries the sharing bearer
+    token); a short-lived one is made when omitted. Raises :class:`UrlExpired` when the storage
+    refuses the URL (ask the server for fresh URLs and call again) and
+    :class:`FileDownloadError` for other failures.
+    """
+    return _read(action, table, columns, http, change=False)
+
+
+def read_change_file(action: FileAction, table: TableInfo, *, columns: list[str] | None = None,
+                     http: httpx.Client | None = None) -> pa.Table:
+    """As :func:`read_file`, for a change-feed action, with the table's columns followed by
+    ``_change_type`` (string: the file's own column for ``cdf`` files, else ``insert``/``delete``),
+    ``_commit_version`` (int64) and ``_commit_timestamp`` (int64, ms): :attr:`TableInfo.change_schema`."""
+    if action.change_type is None:
+        raise ValueError("read_change_file needs a change-feed action (change_type insert, delete or cdf)")
+    return _read(action, table, columns, http, change=True)
+
+
+def reader_for(change: bool, *, parallel: bool = False) -> Callable[..., pa.Table]:
+    """:func:`read_file` or :func:`read_change_file`; with ``parallel`` (many files read at once)
+    each file is decoded on its caller's thread only: per-column threads would just add overhead."""
+    if not parallel:
+        return read_change_file if change else read_file
+
+    def read(action: FileAction, table: TableInfo, *, columns: list[str] | None = None,
+             http: httpx.Client | None = None) -> pa.Table:
+        if change and action.change_type is None:
+            raise ValueError("a change-feed action is needed (change_type insert, delete or cdf)")
+        return _read(action, table, columns, http, change=change, use_threads=False)
+
+    return read

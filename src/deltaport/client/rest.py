@@ -1,0 +1,449 @@
+"""The Delta Sharing REST API as plain methods, over httpx.
+
+:class:`RestClient` sends every request with the profile's credentials, retries 429/5xx and
+connection errors with exponential backoff (never other 4xx), and turns error responses into
+:class:`~deltaport.client.errors.SharingServerError` with the server's ``errorCode`` and
+``message``. Table queries ask for end-stream actions, follow ``maxFiles``/``pageToken`` pages,
+and refuse a response that was cut short or that ends with ``endStreamAction.errorMessage``.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Mapping
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from deltaport import __version__
+from deltaport.client.auth import AuthProvider, auth_for_profile
+from deltaport.client.errors import IncompleteResponse, SharingServerError
+from deltaport.client.model import (
+    FileAction,
+    Metadata,
+    PageParser,
+    Protocol,
+    ResponsePage,
+    Schema,
+    Share,
+    Table,
+    pair_deletion_vector_changes,
+)
+from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_table_name, read_profile
+from deltaport.client.retry import RetryPolicy, call_with_retries
+from deltaport.client.schema import TableInfo
+from deltaport.protocol.capabilities import DELTA, HEADER, PARQUET, Capabilities
+from deltaport.protocol.lines import VERSION_HEADER
+
+__all__ = ["RestClient", "QueryOptions", "ChangesOptions", "QueryResult", "MetadataResult", "AUTO", "DELTA",
+           "PARQUET", "capabilities_header"]
+
+AUTO = "auto"
+READER_FEATURES = "deletionvectors,columnmapping,timestampntz"
+MAX_PAGES = 1_000_000
+
+
+def capabilities_header(response_format: str, *, end_stream: bool = True) -> str:
+    """The ``delta-sharing-capabilities`` value for ``auto`` (server chooses), ``delta`` or ``parquet``."""
+    if response_format == AUTO:
+        value = f"responseformat=delta,parquet;readerfeatures={READER_FEATURES}"
+    elif response_format == DELTA:
+        value = f"responseformat=delta;readerfeatures={READER_FEATURES}"
+    elif response_format == PARQUET:
+        value = "responseformat=parquet"
+    else:
+        raise ValueError(f"response_format must be 'auto', 'delta' or 'parquet', not {response_format!r}")
+    return value + (";includeendstreamaction=true" if end_stream else "")
+
+
+def response_format_arg(use_delta_format: bool | None) -> str:
+    return AUTO if use_delta_format is None else (DELTA if use_delta_format else PARQUET)
+
+
+# --- request options --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """Body of ``POST .../query`` (snapshot, time travel, or ``starting_version`` streaming)."""
+
+    json_predicate_hints: str | None = None
+    predicate_hints: tuple[str, ...] = ()
+    limit: int | None = None
+    version: int | None = None
+    timestamp: str | None = None
+    starting_version: int | None = None
+    ending_version: int | None = None
+    max_files: int | None = None
+    page_token: str | None = None
+    include_refresh_token: bool = False
+    refresh_token: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        pairs = (("jsonPredicateHints", self.json_predicate_hints), ("limitHint", self.limit),
+                 ("version", self.version), ("timestamp", self.timestamp),
+                 ("startingVersion", self.starting_version), ("endingVersion", self.ending_version),
+                 ("maxFiles", self.max_files), ("pageToken", self.page_token),
+                 ("refreshToken", self.refresh_token))
+        for key, value in pairs:
+            if value is not None:
+                out[key] = value
+        if self.predicate_hints:
+            out["predicateHints"] = list(self.predicate_hints)
+        if self.include_refresh_token:
+            out["includeRefreshToken"] = True
+        return out
+
+    @property
+    def specific_version(self) -> bool:
+        return self.version is not None or self.timestamp is not None or self.starting_version is not None
+
+
+@dataclass(frozen=True)
+class ChangesOptions:
+    """Query parameters of ``GET .../changes`` (the change data feed)."""
+
+    starting_version: int | None = None
+    ending_version: int | None = None
+    starting_timestamp: str | None = None
+    ending_timestamp: str | None = None
+    include_historical_metadata: bool | None = None
+    max_files: int | None = None
+    page_token: str | None = None
+
+    def params(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        pairs = (("startingVersion", self.starting_version), ("endingVersion", self.ending_version),
+                 ("startingTimestamp", self.starting_timestamp), ("endingTimestamp", self.ending_timestamp),
+                 ("maxFiles", self.max_files), ("pageToken", self.page_token))
+        for key, value in pairs:
+            if value is not None:
+                out[key] = str(value)
+        if self.include_historical_metadata is not None:
+            out["includeHistoricalMetadata"] = "true" if self.include_historical_metadata else "false"
+        return out
+
+
+@dataclass(frozen=True)
+class MetadataResult:
+    protocol: Protocol
+    metadata: Metadata
+    format: str
+    table_version: int | None
+
+    def table_info(self) -> TableInfo:
+        return TableInfo.from_metadata(self.metadata, self.protocol, format=self.format, version=self.table_version)
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Every page of a query or changes response, merged."""
+
+    protocol: Protocol
+    metadata: Metadata
+    format: str
+    files: tuple[FileAction, ...]
+    table_version: int | None
+    refresh_token: str | None = None
+    pages: int = 1
+    metadata_changes: tuple[Metadata, ...] = field(default=())
+    min_url_expiration_timestamp: int | None = None
+
+    def table_info(self) -> TableInfo:
+        return TableInfo.from_metadata(self.metadata, self.protocol, format=self.format, version=self.table_version)
+
+
+# --- the client --------------------------------------------------------------------------------------
+
+
+def _table(table: Table | str | Any) -> Table:
+    if isinstance(table, Table):
+        return table
+    if isinstance(table, str):
+        share, schema, name = parse_table_name(table)
+        return Table(name, share, schema)
+    return Table(table.name, table.share, table.schema)  # the official connector's Table, or alike
+
+
+def _q(name: str) -> str:
+    return quote(name, safe="")
+
+
+class RestClient:
+    """Delta Sharing REST calls for one profile. Use as a context manager, or call :meth:`close`.
+
+    ``transport`` replaces httpx's network transport (tests, proxies); ``retry`` sets the backoff.
+    """
+
+    def __init__(self, profile: ProfileSource, *, transport: httpx.BaseTransport | None = None,
+                 retry: RetryPolicy | None = None, timeout: float = 120.0, auth: AuthProvider | None = None,
+                 user_agent: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.profile: DeltaSharingProfile = read_profile(profile)
+        self.retry = retry or RetryPolicy()
+        self._auth = auth or auth_for_profile(self.profile, transport=transport, retry=self.retry, clock=clock)
+        self._http = httpx.Client(transport=transport, timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)))
+        self._user_agent = user_agent or (f"deltaport/{__version__} httpx/{httpx.__version__} "
+                                          f"Python/{platform.python_version()} System/{platform.system()}")
+        self.endpoint = self.profile.endpoint
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "RestClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    def _headers(self, capabilities: str | None = None) -> dict[str, str]:
+        headers = {"User-Agent": self._user_agent, **self._auth.headers()}
+        if capabilities is not None:
+            headers[HEADER] = capabilities
+        return headers
+
+    def _send(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
+              body: bytes | None = None, capabilities: str | None = None,
+              consume: Callable[[httpx.Response], None] | None = None) -> httpx.Response:
+        """One call with retries. ``consume`` reads a 200 body while it streams (inside the retry)."""
+        url = self.endpoint + path
+        what = f"{method} {path}"
+        reauthenticated = False
+        while True:
+            def once() -> httpx.Response:
+                headers = self._headers(capabilities)
+                if body is not None:
+                    headers["Content-Type"] = "application/json; charset=utf-8"
+                with self._http.stream(method, url, params=params, content=body, headers=headers) as response:
+                    if response.status_code == 200 and consume is not None:
+                        consume(response)
+                    else:
+                        response.read()
+                    return response
+
+            response = call_with_retries(once, self.retry, what=what)
+            if response.status_code == 401 and not reauthenticated and self._auth.invalidate():
+                reauthenticated = True  # an OAuth token revoked early: fetch a new one, once
+                continue
+            if response.status_code >= 400:
+                raise self._error(response, what)
+            return response
+
+    @staticmethod
+    def _error(response: httpx.Response, what: str) -> SharingServerError:
+        code, message = "", ""
+        try:
+            body = orjson.loads(response.content)
+            if isinstance(body, dict):
+                code = str(body.get("errorCode") or "")
+                message = str(body.get("message") or "")
+        except orjson.JSONDecodeError:
+            message = response.text[:300]
+        if not code:
+            code = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "RESOURCE_DOES_NOT_EXIST",
+                    429: "TOO_MANY_REQUESTS"}.get(response.status_code,
+                                                  "INTERNAL_ERROR" if response.status_code >= 500 else "BAD_REQUEST")
+        return SharingServerError(response.status_code, code, message, request=what)
+
+    def _get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        response = self._send("GET", path, params=params)
+        try:
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            raise IncompleteResponse(f"the server answered GET {path} with something that is not JSON",
+                                     error_code="MALFORMED_RESPONSE", request=f"GET {path}") from None
+
+    @staticmethod
+    def _version(response: httpx.Response, required: bool, what: str) -> int | None:
+        raw = response.headers.get(VERSION_HEADER)
+        if raw is None:
+            if required:
+                raise IncompleteResponse(f"the response has no {VERSION_HEADER} header",
+                                         error_code="MALFORMED_RESPONSE", request=what,
+                                         hint="the server does not follow the Delta Sharing protocol")
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            raise IncompleteResponse(f"the {VERSION_HEADER} header is not a number: {raw!r}",
+                                     error_code="MALFORMED_RESPONSE", request=what) from None
+
+    def _ndjson(self, method: str, path: str, *, changes: bool, capabilities: str,
+                params: Mapping[str, str] | None = None, body: bytes | None = None,
+                end_stream_required: bool = False) -> ResponsePage:
+        what = f"{method} {path}"
+        state: dict[str, PageParser] = {}
+
+        def consume(response: httpx.Response) -> None:
+            parser = PageParser(changes=changes, request=what)
+            state["parser"] = parser
+            pending = b""
+            for chunk in response.iter_bytes():
+                if pending:
+                    chunk = pending + chunk
+                lines = chunk.split(b"\n")
+                pending = lines.pop()
+                for line in lines:
+                    if line.strip():
+                        parser.feed(line)
+            if pending.strip():
+                parser.feed(pending)
+
+        response = self._send(method, path, params=params, body=body, capabilities=capabilities, consume=consume)
+        echoed = Capabilities.parse(response.headers.get(HEADER))
+        expect = end_stream_required or echoed.include_end_stream_action
+        return state["parser"].finish(table_version=self._version(response, False, what), expect_end_stream=expect)
+
+    # --- listing --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _page_params(max_results: int | None, page_token: str | None) -> dict[str, str]:
+        params = {}
+        if max_results is not None:
+            params["maxResults"] = str(max_results)
+        if page_token:
+            params["pageToken"] = page_token
+        return params
+
+    def list_shares(self, *, max_results: int | None = None,
+                    page_token: str | None = None) -> tuple[list[Share], str | None]:
+        body = self._get_json("/shares", self._page_params(max_results, page_token))
+        return [Share(i["name"], i.get("id")) for i in body.get("items", [])], body.get("nextPageToken") or None
+
+    def get_share(self, share: str) -> Share:
+        body = self._get_json(f"/shares/{_q(share)}")
+        item = body.get("share", {})
+        return Share(item.get("name", share), item.get("id"))
+
+    def list_schemas(self, share: Share | str, *, max_results: int | None = None,
+                     page_token: str | None = None) -> tuple[list[Schema], str | None]:
+        name = share if isinstance(share, str) else share.name
+        body = self._get_json(f"/shares/{_q(name)}/schemas", self._page_params(max_results, page_token))
+        return ([Schema(i["name"], i.get("share", name)) for i in body.get("items", [])],
+                body.get("nextPageToken") or None)
+
+    def list_tables(self, schema: Schema, *, max_results: int | None = None,
+                    page_token: str | None = None) -> tuple[list[Table], str | None]:
+        body = self._get_json(f"/shares/{_q(schema.share)}/schemas/{_q(schema.name)}/tables",
+                              self._page_params(max_results, page_token))
+        return [self._table_item(i, schema.share, schema.name) for i in body.get("items", [])], \
+            body.get("nextPageToken") or None
+
+    def list_all_tables(self, share: Share | str, *, max_results: int | None = None,
+                        page_token: str | None = None) -> tuple[list[Table], str | None]:
+        name = share if isinstance(share, str) else share.name
+        body = self._get_json(f"/shares/{_q(name)}/all-tables", self._page_params(max_results, page_token))
+        return [self._table_item(i, name, None) for i in body.get("items", [])], body.get("nextPageToken") or None
+
+    @staticmethod
+    def _table_item(item: Mapping[str, Any], share: str, schema: str | None) -> Table:
+        return Table(item["name"], item.get("share", share), item.get("schema", schema or ""), item.get("id"),
+                     item.get("shareId"))
+
+    @staticmethod
+    def iterate(call: Callable[..., tuple[list, str | None]], *args: Any) -> Iterator[Any]:
+        """Every item of a listing, following ``nextPageToken`` (e.g. ``iterate(rest.list_shares)``)."""
+        token: str | None = None
+        seen: set[str] = set()
+        while True:
+            items, token = call(*args, page_token=token)
+            yield from items
+            if not token:
+                return
+            if token in seen:
+                raise IncompleteResponse("the server repeated a listing page token", error_code="MALFORMED_RESPONSE")
+            seen.add(token)
+
+    # --- tables ----------------------------------------------------------------------------------------
+
+    def _table_path(self, table: Table | str) -> str:
+        t = _table(table)
+        return f"/shares/{_q(t.share)}/schemas/{_q(t.schema)}/tables/{_q(t.name)}"
+
+    def table_version(self, table: Table | str, starting_timestamp: str | None = None) -> int:
+        path = self._table_path(table) + "/version"
+        params = {"startingTimestamp": starting_timestamp} if starting_timestamp else None
+        response = self._send("GET", path, params=params)
+        return self._version(response, True, f"GET {path}")  # type: ignore[return-value]
+
+    def metadata(self, table: Table | str, *, version: int | None = None, timestamp: str | None = None,
+                 response_format: str = AUTO) -> MetadataResult:
+        params = {}
+        if version is not None:
+            params["version"] = str(version)
+        if timestamp is not None:
+            params["timestamp"] = timestamp
+        page = self._ndjson("GET", self._table_path(table) + "/metadata", changes=False, params=params,
+                            capabilities=capabilities_header(response_format, end_stream=False))
+        return MetadataResult(page.protocol, page.metadata, page.format, page.table_version)
+
+    def query_table(self, table: Table | str, options: QueryOptions = QueryOptions(), *,
+                    response_format: str = AUTO, follow_pages: bool = True) -> QueryResult:
+        """``POST .../query``; with ``follow_pages`` every page (``options.max_files`` per page) is fetched."""
+        path = self._table_path(table) + "/query"
+        changes = options.starting_version is not None
+
+        def page(opts: QueryOptions) -> ResponsePage:
+            required = opts.max_files is not None or opts.include_refresh_token
+            return self._ndjson("POST", path, changes=changes, capabilities=capabilities_header(response_format),
+                                body=orjson.dumps(opts.body()), end_stream_required=required)
+
+        def next_options(opts: QueryOptions, token: str) -> QueryOptions:
+            return replace(opts, page_token=token, include_refresh_token=False, refresh_token=None)
+
+        return self._all_pages(page, options, next_options, follow_pages, changes, f"POST {path}")
+
+    def query_changes(self, table: Table | str, options: ChangesOptions = ChangesOptions(), *,
+                      response_format: str = AUTO, follow_pages: bool = True) -> QueryResult:
+        """``GET .../changes``; add/remove pairs that differ by deletion vector are marked (see
+        :func:`~deltaport.client.model.pair_deletion_vector_changes`)."""
+        path = self._table_path(table) + "/changes"
+
+        def page(opts: ChangesOptions) -> ResponsePage:
+            return self._ndjson("GET", path, changes=True, params=opts.params(),
+                                capabilities=capabilities_header(response_format),
+                                end_stream_required=opts.max_files is not None)
+
+        def next_options(opts: ChangesOptions, token: str) -> ChangesOptions:
+            return replace(opts, page_token=token)
+
+        result = self._all_pages(page, options, next_options, follow_pages, True, f"GET {path}")
+        return replace(result, files=tuple(pair_deletion_vector_changes(result.files)))
+
+    def _all_pages(self, page: Callable[[Any], ResponsePage], options: Any, next_options: Callable[[Any, str], Any],
+                   follow_pages: bool, changes: bool, what: str) -> QueryResult:
+        first = page(options)
+        files = list(first.files)
+        metadata_changes = list(first.metadata_changes)
+        end = first.end_stream
+        min_expiry = end.min_url_expiration_timestamp if end else None
+        pages = 1
+        seen: set[str] = set()
+        while follow_pages and end is not None and end.next_page_token:
+            token = end.next_page_token
+            if token in seen or pages >= MAX_PAGES:
+                raise IncompleteResponse("the server repeated a page token", error_code="MALFORMED_RESPONSE",
+                                         request=what)
+            seen.add(token)
+            options = next_options(options, token)
+            nxt = page(options)
+            if nxt.format != first.format or (not changes and nxt.table_version != first.table_version):
+                raise IncompleteResponse(f"page {pages + 1} describes another table version or format "
+                                         f"({nxt.table_version}/{nxt.format}, first page {first.table_version}/"
+                                         f"{first.format})", error_code="INCONSISTENT_PAGES", request=what)
+            if nxt.end_stream is None:
+                raise IncompleteResponse(f"page {pages + 1} ended without its endStreamAction", request=what)
+            files.extend(nxt.files)
+            metadata_changes.extend(nxt.metadata_changes)
+            end = nxt.end_stream
+            if end.min_url_expiration_timestamp is not None:
+                min_expiry = min(min_expiry or end.min_url_expiration_timestamp, end.min_url_expiration_timestamp)
+            pages += 1
+        refresh = first.end_stream.refresh_token if first.end_stream else None
+        return QueryResult(first.protocol, first.metadata, first.format, tuple(files), first.table_version,
+                           refresh, pages, tuple(metadata_changes), min_expiry)
