@@ -171,23 +171,68 @@ def _demo_read_back(application, port: int, profile: str, names: list[str]) -> N
             _fail(RuntimeError(f"the server did not start on port {port} (is the port in use? try --port)"))
         time.sleep(0.05)
     try:
-        import delta_sharing
-    except ImportError:
-        _fail(RuntimeError("reading back needs the delta-sharing package: pip install 'deltaport[dev]'"))
+        import deltaport.client as delta_sharing
+    except ImportError as exc:
+        _fail(RuntimeError(f"reading back needs the client extras ({exc}): pip install 'deltaport[client]'"))
     try:
         client = delta_sharing.SharingClient(profile)
         typer.echo("\nshared tables: " + ", ".join(f"{t.share}.{t.schema}.{t.name}" for t in client.list_all_tables()))
         for name in names:
             url = f"{profile}#demo.default.{name}"
-            df = delta_sharing.load_as_pandas(url)
+            df = delta_sharing.load_as_pandas(url, progress=False)
             typer.echo(f"\n{name}: {len(df)} rows, version {delta_sharing.get_table_version(url)}")
             typer.echo(df.head(3).to_string(index=False))
-        changes = delta_sharing.load_table_changes_as_pandas(f"{profile}#demo.default.events_cdf", starting_version=1)
+        changes = delta_sharing.load_table_changes_as_pandas(f"{profile}#demo.default.events_cdf", starting_version=1,
+                                                             progress=False)
         typer.echo("\nevents_cdf changes since version 1:")
         typer.echo(changes.groupby(["_commit_version", "_change_type"]).size().to_string())
+        _demo_spark_pipeline(profile)
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def _demo_spark_pipeline(profile: str) -> None:
+    """Read a shared table and its change feed in PySpark, transform, write the result."""
+    import os
+    import sys
+    from pathlib import Path
+
+    try:
+        from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
+    except ImportError:
+        typer.echo("\n(PySpark is not installed: pip install 'deltaport[spark]' to run the Spark pipeline)")
+        return
+    from deltaport.spark import register
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    out = Path(profile).parent / "output"
+    typer.echo("\nPySpark pipeline (format deltaSharing, no JVM jar):")
+    spark = (SparkSession.builder.master("local[2]").appName("deltaport-demo")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        register(spark)
+        sales = spark.read.format("deltaSharing").load(f"{profile}#demo.default.sales")
+        by_region = (sales.where(F.col("amount").isNotNull())
+                     .groupBy("region").agg(F.count("*").alias("orders"), F.round(F.sum("amount"), 2).alias("revenue"))
+                     .orderBy(F.desc("revenue")))
+        by_region.write.mode("overwrite").parquet(str(out / "sales_by_region"))
+        typer.echo(f"sales by region -> {out / 'sales_by_region'}")
+        for row in by_region.collect():
+            typer.echo(f"  {row['region']:15s} {row['orders']:5d} orders  {row['revenue']:10.2f}")
+        feed = (spark.read.format("deltaSharing").option("readChangeFeed", "true").option("startingVersion", 1)
+                .load(f"{profile}#demo.default.events_cdf"))
+        summary = feed.groupBy("_commit_version", "_change_type").count().orderBy("_commit_version", "_change_type")
+        summary.write.mode("overwrite").parquet(str(out / "events_changes"))
+        typer.echo(f"events change feed by version -> {out / 'events_changes'}")
+        for row in summary.collect():
+            typer.echo(f"  version {row['_commit_version']}: {row['_change_type']:17s} {row['count']}")
+    finally:
+        spark.stop()
 
 
 def _warm_up() -> None:
