@@ -167,9 +167,11 @@ def test_dv_pairs_are_marked():
 
 
 def test_request_options_render_only_what_is_set():
-    assert QueryOptions().body() == {}
-    assert QueryOptions(limit=0, version=3, max_files=2, include_refresh_token=True).body() == {
-        "limitHint": 0, "version": 3, "maxFiles": 2, "includeRefreshToken": True}
+    assert QueryOptions().to_body() == b"{}"
+    body = QueryOptions(limit_hint=0, version=3, max_files=2, include_refresh_token=True).to_body()
+    assert orjson.loads(body) == {"limitHint": 0, "version": 3, "maxFiles": 2, "includeRefreshToken": True}
+    body = QueryOptions(limit_hint=5, max_files=2, include_refresh_token=True).to_body()
+    assert QueryOptions.parse(body) == QueryOptions(limit_hint=5, max_files=2, include_refresh_token=True)
     assert ChangesOptions(starting_version=0, include_historical_metadata=True).params() == {
         "startingVersion": "0", "includeHistoricalMetadata": "true"}
     assert capabilities_header("parquet") == "responseformat=parquet;includeendstreamaction=true"

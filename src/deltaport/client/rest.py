@@ -35,6 +35,7 @@ from deltaport.client.model import (
 from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_table_name, read_profile
 from deltaport.client.retry import RetryPolicy, call_with_retries
 from deltaport.client.schema import TableInfo
+from deltaport.protocol.requests import QueryRequest
 from deltaport.protocol.capabilities import DELTA, HEADER, PARQUET, Capabilities
 from deltaport.protocol.lines import VERSION_HEADER
 
@@ -66,41 +67,8 @@ def response_format_arg(use_delta_format: bool | None) -> str:
 # --- request options --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class QueryOptions:
-    """Body of ``POST .../query`` (snapshot, time travel, or ``starting_version`` streaming)."""
-
-    json_predicate_hints: str | None = None
-    predicate_hints: tuple[str, ...] = ()
-    limit: int | None = None
-    version: int | None = None
-    timestamp: str | None = None
-    starting_version: int | None = None
-    ending_version: int | None = None
-    max_files: int | None = None
-    page_token: str | None = None
-    include_refresh_token: bool = False
-    refresh_token: str | None = None
-
-    def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        pairs = (("jsonPredicateHints", self.json_predicate_hints), ("limitHint", self.limit),
-                 ("version", self.version), ("timestamp", self.timestamp),
-                 ("startingVersion", self.starting_version), ("endingVersion", self.ending_version),
-                 ("maxFiles", self.max_files), ("pageToken", self.page_token),
-                 ("refreshToken", self.refresh_token))
-        for key, value in pairs:
-            if value is not None:
-                out[key] = value
-        if self.predicate_hints:
-            out["predicateHints"] = list(self.predicate_hints)
-        if self.include_refresh_token:
-            out["includeRefreshToken"] = True
-        return out
-
-    @property
-    def specific_version(self) -> bool:
-        return self.version is not None or self.timestamp is not None or self.starting_version is not None
+#: the query body is the protocol's wire model (it renders with ``to_body()``)
+QueryOptions = QueryRequest
 
 
 @dataclass(frozen=True)
@@ -391,7 +359,7 @@ class RestClient:
         def page(opts: QueryOptions) -> ResponsePage:
             required = opts.max_files is not None or opts.include_refresh_token
             return self._ndjson("POST", path, changes=changes, capabilities=capabilities_header(response_format),
-                                body=orjson.dumps(opts.body()), end_stream_required=required)
+                                body=opts.to_body(), end_stream_required=required)
 
         def next_options(opts: QueryOptions, token: str) -> QueryOptions:
             return replace(opts, page_token=token, include_refresh_token=False, refresh_token=None)

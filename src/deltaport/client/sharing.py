@@ -187,7 +187,7 @@ def _snapshot_tables(url, limit, version, timestamp, jsonPredicateHints, use_del
     _check_limit(limit)
     read = _Read(url, opts)
     try:
-        query = QueryOptions(json_predicate_hints=jsonPredicateHints, limit=limit, version=version,
+        query = QueryOptions(json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version,
                              timestamp=timestamp)
         info, result, refresher = read.snapshot(query, response_format_arg(use_delta_format))
         return info, list(read.tables(info, result.files, refresher, change=False, limit=limit, columns=columns))
@@ -247,7 +247,7 @@ def load_as_arrow_reader(url: str, limit: int | None = None, version: int | None
     opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
     read = _Read(url, opts)
     try:
-        query = QueryOptions(json_predicate_hints=jsonPredicateHints, limit=limit, version=version,
+        query = QueryOptions(json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version,
                              timestamp=timestamp)
         info, result, refresher = read.snapshot(query, response_format_arg(use_delta_format))
     except BaseException:

@@ -134,7 +134,7 @@ class QueryRequest:
             raise InvalidParameter("limitHint cannot be negative.")
         if self.max_files is not None and self.max_files <= 0:
             raise InvalidParameter("maxFiles must be positive.")
-        specific = self.version is not None or self.timestamp is not None or self.starting_version is not None
+        specific = self.specific_version
         if self.include_refresh_token and specific:
             raise InvalidParameter("includeRefreshToken cannot be used when querying a specific version.")
         if self.include_refresh_token and self.page_token:
@@ -147,6 +147,22 @@ class QueryRequest:
                 and self.starting_version > self.ending_version:
             raise InvalidParameter(f"startingVersion({self.starting_version}) must be smaller than or equal to "
                                    f"endingVersion({self.ending_version}).")
+
+    def to_body(self) -> bytes:
+        """The JSON body a client sends: only the fields that are set (``{}`` when none are)."""
+        pairs = (("predicateHints", list(self.predicate_hints) or None), ("jsonPredicateHints", self.json_predicate_hints),
+                 ("limitHint", self.limit_hint), ("version", self.version), ("timestamp", self.timestamp),
+                 ("startingVersion", self.starting_version), ("endingVersion", self.ending_version),
+                 ("maxFiles", self.max_files), ("pageToken", self.page_token),
+                 ("includeRefreshToken", self.include_refresh_token or None), ("refreshToken", self.refresh_token),
+                 ("includeHistoricalProtocol", self.include_historical_protocol or None),
+                 ("idempotency_key", self.idempotency_key))
+        return orjson.dumps({k: v for k, v in pairs if v is not None})
+
+    @property
+    def specific_version(self) -> bool:
+        """A version, timestamp or starting version was asked for (not the latest snapshot)."""
+        return self.version is not None or self.timestamp is not None or self.starting_version is not None
 
     def checksum_params(self) -> dict[str, Any]:
         """The parameters a later page must repeat (maxFiles may change between pages)."""

@@ -81,7 +81,7 @@ class Session:
 
     def snapshot(self, *, version: int | None = None, timestamp: str | None = None,
                  json_predicate_hints: str | None = None, limit_hint: int | None = None) -> Files:
-        options = QueryOptions(json_predicate_hints=json_predicate_hints, limit=limit_hint, version=version,
+        options = QueryOptions(json_predicate_hints=json_predicate_hints, limit_hint=limit_hint, version=version,
                                timestamp=timestamp)
         return _files(self.client.query_table(self.table, options, response_format=self.response_format))
 
