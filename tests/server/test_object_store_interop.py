@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,20 +18,26 @@ S3_TABLES = {"dv": "table-with-dv-small", "cdf": "cdf-table", "partitioned": "ba
              "cm": "cdf-column-mapping-name-mode"}
 
 
+def _serve_with_profile(share: str, tables: list[dict], auth: dict, token: str, storage_options: dict, tmp: Path):
+    """A server sharing ``tables`` as ``share.d``, and a profile file for it."""
+    cfg = parse_config({"version": 1, "shares": [{"name": share, "schemas": [{"name": "d", "tables": tables}]}],
+                        "storageOptions": storage_options, **auth})
+    server = RunningServer(create_app(cfg))
+    path = tmp / "p.share"
+    path.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing",
+                                "bearerToken": token}))
+    return server, str(path)
+
+
 @pytest.fixture(scope="module")
 def s3_profile(moto_server, tmp_path_factory):
     tables = []
     for name, src in S3_TABLES.items():
         uri = moto_server.upload_dir("shared-tables", src, TABLES / src)
         tables.append({"name": name, "location": uri.replace("s3://", "s3a://"), "historyShared": True})
-    cfg = parse_config({"version": 1, "shares": [{"name": "s3", "schemas": [{"name": "d", "tables": tables}]}],
-                        "authorization": {"bearerToken": "s3-token"},
-                        "storageOptions": moto_server.storage_options()})
-    server = RunningServer(create_app(cfg))
-    path = tmp_path_factory.mktemp("s3") / "p.share"
-    path.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing",
-                                "bearerToken": "s3-token"}))
-    yield str(path), moto_server
+    server, profile = _serve_with_profile("s3", tables, {"authorization": {"bearerToken": "s3-token"}}, "s3-token",
+                                          moto_server.storage_options(), tmp_path_factory.mktemp("s3"))
+    yield profile, moto_server
     server.stop()
 
 
@@ -84,14 +91,10 @@ def az_profile(azurite, tmp_path_factory):
     for name, src in AZ_TABLES.items():
         uri = azurite.upload_dir("shared", src, TABLES / src)
         tables.append({"name": name, "location": uri, "historyShared": True})
-    cfg = parse_config({"version": 1, "shares": [{"name": "az", "schemas": [{"name": "d", "tables": tables}]}],
-                        "recipients": [{"name": "r", "tokens": ["az-token"], "shares": ["az"]}],
-                        "storageOptions": azurite.storage_options()})
-    server = RunningServer(create_app(cfg))
-    path = tmp_path_factory.mktemp("az") / "p.share"
-    path.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing",
-                                "bearerToken": "az-token"}))
-    yield str(path), azurite
+    recipients = {"recipients": [{"name": "r", "tokens": ["az-token"], "shares": ["az"]}]}
+    server, profile = _serve_with_profile("az", tables, recipients, "az-token", azurite.storage_options(),
+                                          tmp_path_factory.mktemp("az"))
+    yield profile, azurite
     server.stop()
 
 
