@@ -120,9 +120,9 @@ def _file_rows(path: Path, snap, add: dict, store) -> pa.Table:
 
 
 def _arrow(t: str) -> pa.DataType:
-    from deltaport.delta.schema import delta_type_to_arrow
+    from deltaport.client.schema import delta_to_arrow
 
-    return delta_type_to_arrow(t)
+    return delta_to_arrow(t)[0]  # the logical Arrow type
 
 
 def _partition_value(raw, t):

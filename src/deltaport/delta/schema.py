@@ -1,4 +1,4 @@
-"""Delta table schemas (Spark's JSON schema form): parsing, column mapping, Arrow types."""
+"""Delta table schemas (Spark's JSON schema form): parsing and column mapping."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import pyarrow as pa
 
 from deltaport.errors import CorruptLog
 
@@ -62,57 +61,3 @@ class Schema:
 
     def physical_names(self) -> dict[str, str]:
         return {f.name: f.physical_name for f in self.fields}
-
-
-def delta_type_to_arrow(t: Any, *, column_mapping: bool = False) -> pa.DataType:
-    """Arrow type for a Delta type (timestamps as UTC microseconds, as Delta stores them)."""
-    if isinstance(t, str):
-        if t.startswith("decimal"):
-            inner = t[t.index("(") + 1 : t.index(")")]
-            p, s = (int(x) for x in inner.split(","))
-            return pa.decimal128(p, s)
-        prim = {
-            "string": pa.string(),
-            "long": pa.int64(),
-            "integer": pa.int32(),
-            "short": pa.int16(),
-            "byte": pa.int8(),
-            "float": pa.float32(),
-            "double": pa.float64(),
-            "boolean": pa.bool_(),
-            "binary": pa.binary(),
-            "date": pa.date32(),
-            "timestamp": pa.timestamp("us", tz="UTC"),
-            "timestamp_ntz": pa.timestamp("us"),
-            "void": pa.null(),
-            "variant": pa.struct([("value", pa.binary()), ("metadata", pa.binary())]),
-        }.get(t)
-        if prim is None:
-            raise ValueError(f"unknown Delta type {t!r}")
-        return prim
-    kind = t.get("type")
-    if kind == "struct":
-        return pa.struct(
-            [
-                pa.field(
-                    (f.get("metadata") or {}).get("delta.columnMapping.physicalName", f["name"])
-                    if column_mapping
-                    else f["name"],
-                    delta_type_to_arrow(f["type"], column_mapping=column_mapping),
-                    nullable=f.get("nullable", True),
-                )
-                for f in t["fields"]
-            ]
-        )
-    if kind == "array":
-        return pa.list_(delta_type_to_arrow(t["elementType"], column_mapping=column_mapping))
-    if kind == "map":
-        return pa.map_(
-            delta_type_to_arrow(t["keyType"], column_mapping=column_mapping),
-            delta_type_to_arrow(t["valueType"], column_mapping=column_mapping),
-        )
-    raise ValueError(f"unknown Delta type {t!r}")
-
-
-def is_primitive(t: Any) -> bool:
-    return isinstance(t, str)
