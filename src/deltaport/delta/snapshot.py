@@ -52,6 +52,15 @@ class Snapshot:
             return 0
         return int(pc.sum(self.live.column("size")).as_py() or 0)
 
+    @cached_property
+    def has_absolute_paths(self) -> bool:
+        """Some live file is named by an absolute URI rather than a path relative to the root."""
+        return self.num_files > 0 and bool(pc.any(pc.match_substring(self.live.column("path"), "://")).as_py())
+
+    @cached_property
+    def has_deletion_vectors(self) -> bool:
+        return self.num_files > 0 and self.live.column("deletionVector").null_count != self.num_files
+
     @property
     def nbytes(self) -> int:
         return self.live.nbytes

@@ -413,8 +413,8 @@ class SharingService:
 
 def _check_paths_inside(snap: Snapshot) -> None:
     """Refuse, before any byte is sent, a snapshot naming files outside its table's root."""
-    paths = snap.live.column("path")
-    if snap.num_files and pc.any(pc.match_substring(paths, "://")).as_py():
+    if snap.has_absolute_paths:
+        paths = snap.live.column("path")
         root = snap.table_uri.rstrip("/") + "/"
         outside = pc.and_(pc.match_substring(paths, "://"), pc.invert(pc.starts_with(paths, root)))
         if pc.any(outside).as_py():
@@ -423,12 +423,7 @@ def _check_paths_inside(snap: Snapshot) -> None:
 
 def _plain_files(snap: Snapshot) -> bool:
     """No deletion vectors and no absolute paths: the columnar line path applies."""
-    live = snap.live
-    if live.num_rows == 0:
-        return True
-    if live.column("deletionVector").null_count != live.num_rows:
-        return False
-    return not pc.any(pc.match_substring(live.column("path"), "://")).as_py()
+    return not snap.has_deletion_vectors and not snap.has_absolute_paths
 
 
 def _empty_merge(change) -> bool:
