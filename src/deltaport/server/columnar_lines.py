@@ -1,10 +1,11 @@
 """Parquet-format snapshot lines built columnar, for the server's own (locally served) files.
 
-Per snapshot, the part of each ``file`` line that never changes (id, partition values, size, stats)
-is built once with Arrow string kernels and cached. Per request only the URL signatures are
-computed, in one tight batch at one signing instant, and cached for that instant's one-minute
-window; lines are then joined by Arrow and streamed as slices of one buffer. The bytes are the
-same as FileLineMaker's for the same URLs.
+A response is built chunk by chunk in a two-thread pipeline: one thread computes each chunk's file
+ids, canonical URIs and URL signatures (the Python-bound part: MD5 and HMAC per file), the other
+joins the previous chunk's lines with Arrow string kernels (which release the GIL), and the first
+bytes are sent as soon as the first chunk is ready. A whole-table read leaves the snapshot's ids
+and URIs and the signing window's signatures cached, so a repeated read in the same one-minute
+window only joins. The bytes are the same as FileLineMaker's for the same URLs.
 """
 
 from __future__ import annotations
@@ -23,16 +24,40 @@ import pyarrow.compute as pc
 from deltaport.delta import Snapshot
 from deltaport.protocol.capabilities import PARQUET
 from deltaport.signing.local import LocalFileSigner
+from deltaport.server.pipeline import pipelined
 from deltaport.signing.sigv4 import uri_encode_path
+
+try:  # CPython's own MD5/SHA-256 cost half of OpenSSL's per call on short inputs; same digests
+    from _md5 import md5 as _md5
+except ImportError:  # pragma: no cover - builds without the module
+    _md5 = hashlib.md5
+try:
+    from _sha256 import sha256 as _sha256_id
+except ImportError:  # pragma: no cover
+    _sha256_id = hashlib.sha256
 
 WINDOW_SECONDS = 60  # URLs signed within one window are identical, so they can be reused
 
 
+def _value_bytes(values: pa.Array) -> np.ndarray:
+    """The bytes of a string array's values (its data buffer between first and last offset)."""
+    if len(values) == 0 or values.buffers()[2] is None:
+        return np.empty(0, np.uint8)
+    wide = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
+    width = 8 if wide else 4
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64 if wide else np.int32, count=len(values) + 1,
+                            offset=values.offset * width)
+    return np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+
+
 def _escape(values: pa.Array) -> pa.Array | None:
     """JSON string escaping for ``"`` and ``\\``; None when control characters need more."""
-    if len(values) and pc.any(pc.match_substring_regex(values, r"[\x00-\x1f]")).as_py():
+    data = _value_bytes(values)
+    if (data < 0x20).any():
         return None
-    return pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+    if (data == 0x5C).any():
+        values = pc.replace_substring(values, "\\", "\\\\")
+    return pc.replace_substring(values, '"', '\\"')
 
 
 def _json_strings(values: pa.Array) -> pa.Array:
@@ -43,20 +68,33 @@ def _json_strings(values: pa.Array) -> pa.Array:
     return pc.fill_null(pc.binary_join_element_wise('"', escaped, '"', ""), "null")
 
 
+def _hash_function(id_hash: str):
+    if id_hash == PARQUET:
+        return _md5
+    return _sha256_id
+
+
+def _file_ids(paths: pa.Array, id_hash: str) -> pa.Array:
+    """The protocol's file ids: MD5 (parquet) or SHA-256 (delta) hex of each path as in the log."""
+    digest = _hash_function(id_hash)
+    return pa.array([digest(p).hexdigest() for p in paths.cast(pa.binary()).to_pylist()], pa.string())
+
+
+def _relative_uris(paths: pa.Array) -> pa.Array:
+    """Each log path as the S3 canonical URI of its file, relative to the table's URL prefix."""
+    if len(paths) == 0 or pc.all(pc.match_substring_regex(paths, r"^[A-Za-z0-9._~/=-]*$")).as_py():
+        # ordinary paths: only '=' differs between the log's encoding and S3's canonical URI
+        return pc.replace_substring(paths, "=", "%3D").cast(pa.binary())
+    return pa.array([uri_encode_path(unquote(p)).encode() for p in paths.to_pylist()], pa.binary())
+
+
 class PreparedFiles:
     """What is cached per snapshot: file ids and encoded URL paths (the Python-loop parts)."""
 
-    def __init__(self, snapshot: Snapshot, id_hash: str) -> None:
-        paths = snapshot.files().column("path").combine_chunks()
-        raw = paths.to_pylist()
-        digest = hashlib.md5 if id_hash == PARQUET else hashlib.sha256
-        self.ids = pa.array([digest(p.encode()).hexdigest() for p in raw], pa.string())
-        if len(paths) == 0 or pc.all(pc.match_substring_regex(paths, r"^[A-Za-z0-9._~/=-]*$")).as_py():
-            # ordinary paths: only '=' differs between the log's encoding and S3's canonical URI
-            self.relative_uris = pc.replace_substring(paths, "=", "%3D").cast(pa.binary())
-        else:
-            self.relative_uris = pa.array([uri_encode_path(unquote(p)).encode() for p in raw], pa.binary())
-        self.num_files = len(raw)
+    def __init__(self, ids: pa.Array, relative_uris: pa.Array) -> None:
+        self.ids = ids
+        self.relative_uris = relative_uris
+        self.num_files = len(ids)
 
 
 def _static(files: pa.Table, ids: pa.Array) -> pa.Array:
@@ -89,61 +127,83 @@ class ColumnarLines:
         self._max_prepared, self._max_signed = max_prepared, max_signed
         self._lock = threading.Lock()
 
-    def _get(self, cache: OrderedDict, key, limit: int, build):
+    def _peek(self, cache: OrderedDict, key):
         with self._lock:
             if key in cache:
                 cache.move_to_end(key)
                 return cache[key]
-        value = build()
+        return None
+
+    def _put(self, cache: OrderedDict, key, limit: int, value) -> None:
         with self._lock:
             cache[key] = value
             while len(cache) > limit:
                 cache.popitem(last=False)
-        return value
 
     def lines(self, snapshot: Snapshot, indices: pa.Array, signer: LocalFileSigner, *, expires_in: int, now: float,
               id_hash: str, version: int | None = None, chunk: int = 32768) -> tuple[Iterator[bytes], int | None]:
-        """File lines for ``indices`` and the URLs' expiry (ms); built and streamed chunk by chunk."""
-        prepared = self._get(self._prepared, (id(snapshot), snapshot.table_uri, snapshot.version, id_hash),
-                             self._max_prepared, lambda: PreparedFiles(snapshot, id_hash))
+        """File lines for ``indices`` and the URLs' expiry (ms), built and streamed chunk by chunk.
+
+        Ids, URIs and signatures are computed per chunk in one thread while another joins the
+        lines of the previous chunk, so the first bytes leave at once. A whole-table read fills the
+        snapshot's id cache and the window's signature cache as it goes.
+        """
         if len(indices) == 0:
             return iter(()), None
         # sign at the start of the window so URLs repeat within it, unless that would cut a short
         # lifetime by more than a quarter (then sign at now and reuse nothing)
         windowed = expires_in >= 4 * WINDOW_SECONDS
         window = int(now) - int(now) % WINDOW_SECONDS if windowed else int(now)
+        query, _, expiry = signer.presign_uris([], expires_in=expires_in, now=window)
         prefix = signer.table_uri_prefix.encode()
         idx = pa.array(np.asarray(indices, dtype=np.int64))
-        uris = prepared.relative_uris.take(idx)
-
-        def sign(batch: pa.Array):
-            query, sigs, expiry = signer.presign_uris(batch.to_pylist(), expires_in=expires_in, now=window)
-            return query, pa.array(sigs, pa.string()), expiry
-
-        if windowed and len(idx) == prepared.num_files:  # a whole-table read: reuse this window's signatures
-            key = (id(prepared), signer.endpoint, prefix, window, expires_in)
-            query, all_sigs, expiry = self._get(self._signed, key, self._max_signed,
-                                                lambda: sign(prepared.relative_uris))
-            sigs = all_sigs.take(idx)
-        else:
-            query, sigs, expiry = sign(uris)
-        head = '{"file":{"url":"' + signer.endpoint + prefix.decode()
-        mid = "?" + query + "&X-Amz-Signature="
-        tail = f"{expiry}" + (f',"version":{version}' if version is not None else "") + "}}\n"
+        idx_np = np.asarray(idx)
+        whole = len(idx) == snapshot.num_files and bool(np.all(idx_np == np.arange(len(idx_np))))
+        prepared_key = (id(snapshot), snapshot.table_uri, snapshot.version, id_hash)
+        prepared = self._peek(self._prepared, prepared_key)
+        signed_key = (prepared_key, signer.endpoint, prefix, window, expires_in)
+        signed = self._peek(self._signed, signed_key) if windowed else None
         batches = snapshot.files().to_batches()
         bounds = np.cumsum([0] + [b.num_rows for b in batches])
-        idx_np = np.asarray(idx)
 
-        def chunks() -> Iterator[bytes]:
+        def keyed() -> Iterator[tuple]:
+            """Per chunk: its rows, ids, URIs and signatures (the Python-bound part)."""
+            ids_parts, uri_parts, sig_parts = [], [], []
             for start in range(0, len(idx), chunk):
                 part = idx.slice(start, chunk)
                 rows = _take_sorted(batches, bounds, idx_np[start:start + chunk])
-                static = _static(rows, prepared.ids.take(part))
-                joined = pc.binary_join_element_wise(head, uris.slice(start, chunk).cast(pa.string()), mid,
-                                                     sigs.slice(start, chunk), static, tail, "")
-                yield _buffer_bytes(joined)
+                if prepared is not None:
+                    ids, uris = prepared.ids.take(part), prepared.relative_uris.take(part)
+                else:
+                    paths = rows.column("path").combine_chunks()
+                    ids, uris = _file_ids(paths, id_hash), _relative_uris(paths)
+                if signed is not None:
+                    sigs = signed.take(part)
+                else:
+                    _, signatures, _ = signer.presign_uris(uris.to_pylist(), expires_in=expires_in, now=window)
+                    sigs = pa.array(signatures, pa.string())
+                if whole:
+                    ids_parts.append(ids), uri_parts.append(uris), sig_parts.append(sigs)
+                yield rows, ids, uris, sigs
+            if whole and prepared is None:
+                self._put(self._prepared, prepared_key, self._max_prepared,
+                          PreparedFiles(pa.concat_arrays(ids_parts), pa.concat_arrays(uri_parts)))
+            if whole and windowed and signed is None:
+                self._put(self._signed, signed_key, self._max_signed, pa.concat_arrays(sig_parts))
 
-        return chunks(), expiry
+        head = '{"file":{"url":"' + signer.endpoint + prefix.decode()
+        mid = "?" + query + "&X-Amz-Signature="
+        tail = f"{expiry}" + (f',"version":{version}' if version is not None else "") + "}}\n"
+
+        def joined(item: tuple) -> bytes:
+            """One chunk's lines (the Arrow-bound part, which releases the GIL)."""
+            rows, ids, uris, sigs = item
+            lines = pc.binary_join_element_wise(head, uris.cast(pa.string()), mid, sigs, _static(rows, ids), tail, "")
+            return _buffer_bytes(lines)
+
+        if len(idx) <= chunk:
+            return map(joined, keyed()), expiry
+        return pipelined(keyed(), joined), expiry
 
 
 def _take_sorted(batches: list[pa.RecordBatch], bounds: np.ndarray, idx: np.ndarray) -> pa.Table:
@@ -170,7 +230,6 @@ def _take_sorted(batches: list[pa.RecordBatch], bounds: np.ndarray, idx: np.ndar
 
 
 def _buffer_bytes(lines: pa.Array) -> bytes:
-    """The concatenated values of a string array (its value buffer between first and last offset)."""
+    """The concatenated values of a string array, as one bytes object."""
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
-    return lines.buffers()[2][offsets[0]:offsets[-1]].to_pybytes()
+    return _value_bytes(lines).tobytes()
