@@ -74,18 +74,24 @@ def _hash_function(id_hash: str):
     return _sha256_id
 
 
-def _file_ids(paths: pa.Array, id_hash: str) -> pa.Array:
-    """The protocol's file ids: MD5 (parquet) or SHA-256 (delta) hex of each path as in the log."""
+_ORDINARY_PATH = r"^[A-Za-z0-9._~/=-]*$"  # only '=' differs between the log's encoding and S3's
+
+
+def _ids_and_uris(paths: pa.Array, id_hash: str) -> tuple[pa.Array, pa.Array, list[bytes]]:
+    """Per path: the protocol's file id, and its S3 canonical URI relative to the table's prefix.
+
+    Ids are the MD5 (parquet) or SHA-256 (delta) hex of the path as written in the log. The URIs
+    come as an Arrow array (for the lines) and as a list (for signing); the paths are turned into
+    Python objects once for both.
+    """
+    raw = paths.cast(pa.binary()).to_pylist()
     digest = _hash_function(id_hash)
-    return pa.array([digest(p).hexdigest() for p in paths.cast(pa.binary()).to_pylist()], pa.string())
-
-
-def _relative_uris(paths: pa.Array) -> pa.Array:
-    """Each log path as the S3 canonical URI of its file, relative to the table's URL prefix."""
-    if len(paths) == 0 or pc.all(pc.match_substring_regex(paths, r"^[A-Za-z0-9._~/=-]*$")).as_py():
-        # ordinary paths: only '=' differs between the log's encoding and S3's canonical URI
-        return pc.replace_substring(paths, "=", "%3D").cast(pa.binary())
-    return pa.array([uri_encode_path(unquote(p)).encode() for p in paths.to_pylist()], pa.binary())
+    ids = pa.array([digest(p).hexdigest() for p in raw], pa.string())
+    if len(paths) == 0 or pc.all(pc.match_substring_regex(paths, _ORDINARY_PATH)).as_py():
+        uris = [p.replace(b"=", b"%3D") for p in raw]
+        return ids, pc.replace_substring(paths, "=", "%3D").cast(pa.binary()), uris
+    uris = [uri_encode_path(unquote(p.decode())).encode() for p in raw]
+    return ids, pa.array(uris, pa.binary()), uris
 
 
 class PreparedFiles:
@@ -172,15 +178,16 @@ class ColumnarLines:
             for start in range(0, len(idx), chunk):
                 part = idx.slice(start, chunk)
                 rows = _take_sorted(batches, bounds, idx_np[start:start + chunk])
+                uri_list = None
                 if prepared is not None:
                     ids, uris = prepared.ids.take(part), prepared.relative_uris.take(part)
                 else:
-                    paths = rows.column("path").combine_chunks()
-                    ids, uris = _file_ids(paths, id_hash), _relative_uris(paths)
+                    ids, uris, uri_list = _ids_and_uris(rows.column("path").combine_chunks(), id_hash)
                 if signed is not None:
                     sigs = signed.take(part)
                 else:
-                    _, signatures, _ = signer.presign_uris(uris.to_pylist(), expires_in=expires_in, now=window)
+                    uri_list = uris.to_pylist() if uri_list is None else uri_list
+                    _, signatures, _ = signer.presign_uris(uri_list, expires_in=expires_in, now=window)
                     sigs = pa.array(signatures, pa.string())
                 if whole:
                     ids_parts.append(ids), uri_parts.append(uris), sig_parts.append(sigs)
