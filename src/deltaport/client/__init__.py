@@ -1,6 +1,6 @@
 """deltaport's Delta Sharing connector: the official ``delta_sharing`` API, and more.
 
-``import deltaport.client as delta_sharing`` works for code written for the official connector::
+``import deltaport as delta_sharing`` (or ``deltaport.client``) works for code written for the official connector::
 
     client = delta_sharing.SharingClient("config.share")
     client.list_all_tables()
