@@ -74,16 +74,36 @@ def _harvest_tag_keys(data: bytes) -> list[str] | None:
         return None
 
 
-def _json_read_schema(pv_columns: list[str], tag_keys: list[str]) -> pa.Schema:
+_FIRST_KEY = r'^\s*\{\s*"(?P<kind>[A-Za-z]+)"\s*:'
+
+
+def _kinds_present(data: bytes) -> set[str]:
+    """The action kinds of a file's lines: each line is one action, its only key first.
+
+    When a non-blank line does not start with a key, every kind is assumed present.
+    """
+    lines = pc.split_pattern(pa.scalar(data, pa.large_binary()), b"\n").values
+    keys = pc.extract_regex(lines, _FIRST_KEY).flatten()[0]
+    if keys.null_count:
+        blank = pc.match_substring_regex(lines, r"^\s*$")
+        if pc.any(pc.and_(pc.is_null(keys), pc.invert(blank))).as_py():
+            return set(FILE_KINDS + OTHER_KINDS)
+    return {k.decode() for k in pc.unique(keys.drop_null()).to_pylist()}
+
+
+def _json_read_schema(pv_columns: list[str], tag_keys: list[str], kinds: set[str]) -> pa.Schema:
+    """The reader's schema, with columns only for the kinds in ``kinds``: every declared column
+    costs the reader a builder per row, present or not."""
     tags_struct = pa.struct([(k, pa.string()) for k in tag_keys])
     pv = partition_values_type(pv_columns)
-    kinds = []
+    columns = []
     for kind in FILE_KINDS:
-        fields = [(n, tags_struct if n == "tags" else t) for n, t in FILE_FIELDS[kind](pv)]
-        kinds.append((kind, pa.struct(fields)))
+        if kind in kinds or kind == "add":
+            fields = [(n, tags_struct if n == "tags" else t) for n, t in FILE_FIELDS[kind](pv)]
+            columns.append((kind, pa.struct(fields)))
     # non-file actions: empty structs only mark the rows (lines) that hold them
-    kinds.extend((kind, pa.struct([])) for kind in OTHER_KINDS)
-    return pa.schema(kinds)
+    columns.extend((kind, pa.struct([])) for kind in OTHER_KINDS if kind in kinds)
+    return pa.schema(columns)
 
 
 def struct_to_map(arr: pa.Array) -> pa.MapArray:
@@ -178,7 +198,7 @@ def _fast_parse(data: bytes, pv_columns: list[str], where: str, table: str | Non
     tag_keys = _harvest_tag_keys(data) if b'"tags"' in data else []
     if tag_keys is None:
         raise _SlowPath()
-    schema = _json_read_schema(pv_columns, tag_keys)
+    schema = _json_read_schema(pv_columns, tag_keys, _kinds_present(data))
     block = 1 << 22
     while True:
         try:
@@ -193,13 +213,12 @@ def _fast_parse(data: bytes, pv_columns: list[str], where: str, table: str | Non
                 block = max(block * 4, len(data) + 1)
                 continue
             raise _SlowPath() from exc
-    result = ActionFile(
-        _to_file_table(t.column("add"), "add", pv_columns),
-        _to_file_table(t.column("remove"), "remove", pv_columns),
-        _to_file_table(t.column("cdc"), "cdc", pv_columns),
-    )
+    result = ActionFile(*(_to_file_table(t.column(kind), kind, pv_columns) if kind in t.column_names
+                          else empty_file_table(kind, pv_columns) for kind in FILE_KINDS))
     marks = np.zeros(t.num_rows, dtype=bool)
     for kind in OTHER_KINDS:
+        if kind not in t.column_names:
+            continue
         col = t.column(kind)
         if col.null_count < len(col):
             marks |= np.asarray(pc.is_valid(col))
