@@ -13,6 +13,7 @@ import pytest
 from conftest import TABLES, TOKEN
 from servers import RunningServer
 
+from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.server import create_app, parse_config
 
 T = "/delta-sharing/shares/s/schemas/d/tables"
@@ -69,6 +70,31 @@ def test_absolute_paths_outside_the_root_are_refused_before_streaming(tmp_path):
     try:
         r = httpx.post(server.url + T + "/t/query", json={})
         assert r.status_code == 400 and "absolute paths" in r.json()["message"]
+    finally:
+        server.stop()
+
+
+def test_absolute_deletion_vector_paths_are_refused_before_streaming(tmp_path):
+    table = tmp_path / "t"
+    shutil.copytree(TABLES / "table-with-dv-small", table)
+    log = table / "_delta_log"
+    last = max(int(p.name[:20]) for p in log.glob("*.json"))
+    live = DeltaTable(str(table), cache=SnapshotCache()).snapshot().files().to_pylist()[0]
+    dv = {"storageType": "p", "pathOrInlineDv": "file:///etc/elsewhere/dv.bin", "offset": 1, "sizeInBytes": 10,
+          "cardinality": 1}
+    add = {"path": live["path"], "partitionValues": {}, "size": live["size"], "modificationTime": 1,
+           "dataChange": True, "deletionVector": dv}
+    remove = {"path": live["path"], "deletionTimestamp": 2, "dataChange": True}
+    if live.get("deletionVector"):
+        remove["deletionVector"] = {k: v for k, v in live["deletionVector"].items() if v is not None}
+    (log / f"{last + 1:020d}.json").write_bytes(orjson.dumps({"remove": remove}) + b"\n"
+                                                  + orjson.dumps({"add": add}) + b"\n")
+    server = _serve([{"name": "t", "location": str(table)}])
+    caps = {"delta-sharing-capabilities": "responseformat=delta;readerfeatures=deletionvectors"}
+    try:
+        r = httpx.post(server.url + T + "/t/query", json={}, headers=caps)
+        assert r.status_code == 400, r.text
+        assert "absolute deletion vector paths" in r.json()["message"]
     finally:
         server.stop()
 

@@ -184,14 +184,15 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
                 includeHistoricalMetadata: Optional[str] = None, includeHistoricalProtocol: Optional[str] = None,
                 maxFiles: Optional[str] = None,
                 pageToken: Optional[str] = None, authorization: Optional[str] = Header(None),
-                delta_sharing_capabilities: Optional[str] = Header(None)):
+                delta_sharing_capabilities: Optional[str] = Header(None),
+                fileidhash: Optional[str] = Header(None)):
         params = {"startingVersion": startingVersion, "endingVersion": endingVersion,
                   "startingTimestamp": startingTimestamp, "endingTimestamp": endingTimestamp,
                   "includeHistoricalMetadata": includeHistoricalMetadata,
                   "includeHistoricalProtocol": includeHistoricalProtocol, "maxFiles": maxFiles,
                   "pageToken": pageToken}
         return _reply(service.changes(who(authorization), share, schema, table, params,
-                                      delta_sharing_capabilities, base(request)))
+                                      delta_sharing_capabilities, base(request), fileidhash=fileidhash))
 
     @app.get(prefix + "/files/{key}/{path:path}", tags=["files"],
              summary="Read a data or deletion-vector file through a presigned URL this server issued")

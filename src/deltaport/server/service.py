@@ -219,14 +219,22 @@ class SharingService:
             data = self.codec.decode("page", req.page_token, binding, params=checksum)
             pinned, start = int(data["v"]), int(data["i"])
         elif req.refresh_token:
-            pinned = int(self.codec.decode("refresh", req.refresh_token, binding)["v"])
-        snap = self._snapshot(st, pinned if pinned is not None else req.version,
-                              None if pinned is not None else req.timestamp)
+            pinned = int(self.codec.decode("refresh", req.refresh_token, binding, params=checksum)["v"])
+        if pinned is not None:
+            # the version a page or refresh token carries is the one this query already read: not
+            # time travel, so it needs no history sharing
+            snap = self._delta(st).snapshot(pinned)
+            self._check_start_version(st, snap.version)
+        else:
+            snap = self._snapshot(st, req.version, req.timestamp)
         fmt = choose_format(caps, snap.config)
         _check_paths_inside(snap)
         result = scan(snap, self._predicate(req), req.limit_hint)
         indices = result.indices
-        page_size = min(req.max_files, self.config.query_table_page_size_limit) if req.max_files else None
+        page_size = None
+        if req.max_files or req.page_token:  # a page token alone continues with the server's page size
+            page_size = min(req.max_files or self.config.query_table_page_size_limit,
+                            self.config.query_table_page_size_limit)
         next_token = None
         if page_size is not None:
             if start > len(indices):
@@ -237,8 +245,10 @@ class SharingService:
             indices = indices.slice(start, page_size)
         refresh = None
         if req.include_refresh_token:
-            refresh = self.codec.encode("refresh", binding, {"v": snap.version}, ttl_ms=self.config.refresh_token_ttl_ms)
-        end_stream = caps.include_end_stream_action or req.max_files is not None or req.include_refresh_token
+            refresh = self.codec.encode("refresh", binding, {"v": snap.version}, ttl_ms=self.config.refresh_token_ttl_ms,
+                                        params=checksum)
+        end_stream = (caps.include_end_stream_action or req.max_files is not None or req.include_refresh_token
+                      or page_size is not None)
         time_travel = req.version is not None or req.timestamp is not None
         signer = self.signer_factory(st, base_url)
         head = header_lines(snap.config, fmt, history_shared=st.config.history_shared,
@@ -280,9 +290,23 @@ class SharingService:
             raise InvalidParameter(f"CDF range from start {start} to end {end} was invalid. End cannot be before start.")
         return dt.changes(start, end), latest
 
+    def _change_page(self, who: Principal, st: SharedTable, page_token: str | None,
+                     checksum_params: dict[str, Any]) -> tuple[int, int | None, int | None]:
+        """Where a streaming or CDF page token resumes: (index, pinned end version, pinned latest)."""
+        if not page_token:
+            return 0, None, None
+        binding = TokenBinding(who.name, st.full_name.lower(), st.config.id)
+        data = self.codec.decode("page", page_token, binding, params=params_checksum(checksum_params))
+        return int(data["i"]), int(data["e"]), int(data["l"])
+
     def _streaming_query(self, who, st, req: QueryRequest, caps, id_hash_header, base_url) -> Reply:
         self._check_start_version(st, req.starting_version)
-        changes, _ = self._change_plan(st, req.starting_version, req.ending_version, cdf=False)
+        begin, pinned_end, pinned_latest = self._change_page(who, st, req.page_token, req.checksum_params())
+        end = pinned_end if pinned_end is not None else req.ending_version
+        changes, latest = self._change_plan(st, req.starting_version, end, cdf=False)
+        if pinned_latest is not None:
+            latest = pinned_latest
+        end = end if end is not None else latest
         start_cfg = self._delta(st).config_at(req.starting_version)
         for c in changes:
             if c.protocol is not None and c.protocol.min_reader_version > 3:
@@ -300,12 +324,14 @@ class SharingService:
                 for action in c.actions(kind, data_change_only=True):
                     entries.append((kind, c, action))
         return self._change_reply(who, st, req.starting_version, start_cfg, fmt, caps, id_hash_header, base_url,
-                                  entries, req.max_files, req.page_token, req.checksum_params(), metadata_version=True,
+                                  entries, req.max_files, begin, (end, latest), req.checksum_params(),
+                                  metadata_version=True,
                                   protocol_version=req.starting_version if historical_protocol else None)
 
     def changes(self, who: Principal, share: str, schema: str, table: str, params: dict[str, str | None],
-                capabilities: str | None, base_url: str) -> Reply:
+                capabilities: str | None, base_url: str, fileidhash: str | None = None) -> Reply:
         caps = Capabilities.parse(capabilities)
+        id_hash_header = parse_fileidhash(fileidhash)
         sv = parse_version_param("startingVersion", params.get("startingVersion"))
         ev = parse_version_param("endingVersion", params.get("endingVersion"))
         st_ts, en_ts = params.get("startingTimestamp"), params.get("endingTimestamp")
@@ -339,7 +365,16 @@ class SharingService:
         except TimestampOutOfRange as exc:
             raise InvalidParameter(str(exc)) from None
         self._check_start_version(st, sv, "changes")
-        changes, latest = self._change_plan(st, sv, ev, cdf=True)
+        historical = parse_bool_param(params.get("includeHistoricalMetadata"))
+        asked_protocol = parse_bool_param(params.get("includeHistoricalProtocol"))
+        checksum = {"startingVersion": sv, "endingVersion": ev, "startingTimestamp": st_ts,
+                    "endingTimestamp": en_ts, "includeHistoricalMetadata": historical,
+                    "includeHistoricalProtocol": asked_protocol}
+        begin, pinned_end, pinned_latest = self._change_page(who, st, params.get("pageToken"), checksum)
+        changes, latest = self._change_plan(st, sv, pinned_end if pinned_end is not None else ev, cdf=True)
+        if pinned_latest is not None:
+            latest = pinned_latest
+        resolved_end = pinned_end if pinned_end is not None else min(ev, latest) if ev is not None else latest
         end = changes[-1].version if changes else sv
         start_cfg = dt.config_at(sv)
         for c in [None, *changes]:
@@ -348,10 +383,9 @@ class SharingService:
                 v = sv if c is None else c.version
                 raise InvalidParameter(f"Error getting change data for range [{sv}, {end}] as change data was not "
                                        f"recorded for version [{v}]")
-        historical = parse_bool_param(params.get("includeHistoricalMetadata"))
         head_cfg = start_cfg if historical else dt.config_at(latest)
         fmt = choose_format(caps, head_cfg)
-        historical_protocol = parse_bool_param(params.get("includeHistoricalProtocol")) and fmt == DELTA
+        historical_protocol = asked_protocol and fmt == DELTA
         entries: list[tuple[str, Any, Any]] = []
         for c in changes:
             if historical_protocol and c.protocol is not None and c.version > sv:
@@ -363,29 +397,26 @@ class SharingService:
             elif not _empty_merge(c):
                 for kind in ("add", "remove"):
                     entries.extend((kind, c, a) for a in c.actions(kind, data_change_only=True))
-        checksum = {"startingVersion": sv, "endingVersion": ev, "startingTimestamp": st_ts,
-                    "endingTimestamp": en_ts, "includeHistoricalMetadata": historical,
-                    "includeHistoricalProtocol": historical_protocol}
-        return self._change_reply(who, st, sv, head_cfg, fmt, caps, None, base_url, entries, mf,
-                                  params.get("pageToken"), checksum,
+        return self._change_reply(who, st, sv, head_cfg, fmt, caps, id_hash_header, base_url, entries, mf,
+                                  begin, (resolved_end, latest), checksum,
                                   metadata_version=latest if not historical else True,
                                   protocol_version=sv if historical_protocol else None)
 
     def _change_reply(self, who, st, start_version, head_cfg, fmt, caps, id_hash_header, base_url, entries,
-                      max_files, page_token, checksum_params, *, metadata_version,
+                      max_files, begin: int, pinned: tuple[int, int], checksum_params, *, metadata_version,
                       protocol_version: int | None = None) -> Reply:
+        """The response of a streaming query or /changes; ``pinned`` = (end, latest) versions its
+        page tokens carry, so later pages read the same range even if the table moves on."""
         binding = TokenBinding(who.name, st.full_name.lower(), st.config.id)
         checksum = params_checksum(checksum_params)
-        begin = 0
-        if page_token:
-            begin = int(self.codec.decode("page", page_token, binding, params=checksum)["i"])
-            if begin > len(entries):
-                raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
+        if begin > len(entries):
+            raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
         next_token = None
-        if max_files is not None:
-            size = min(max_files, self.config.query_table_page_size_limit)
+        paged = max_files is not None or begin > 0
+        if paged:  # a page token alone continues with the server's page size
+            size = min(max_files or self.config.query_table_page_size_limit, self.config.query_table_page_size_limit)
             if begin + size < len(entries):
-                next_token = self.codec.encode("page", binding, {"i": begin + size},
+                next_token = self.codec.encode("page", binding, {"i": begin + size, "e": pinned[0], "l": pinned[1]},
                                                ttl_ms=self.config.query_table_page_token_ttl_ms, params=checksum)
             entries = entries[begin:begin + size]
         head_version = start_version if metadata_version is True else metadata_version
@@ -394,7 +425,7 @@ class SharingService:
         maker = FileLineMaker(table_uri=self._delta(st).uri, signer=self.signer_factory(st, base_url),
                               expires_in=self.config.pre_signed_url_timeout_seconds, fmt=fmt,
                               id_hash=id_hash_header or fmt, now=self.clock())
-        end_stream = caps.include_end_stream_action or max_files is not None
+        end_stream = caps.include_end_stream_action or paged
 
         def body() -> Iterator[bytes]:
             for kind, c, action in entries:
@@ -412,13 +443,18 @@ class SharingService:
 
 
 def _check_paths_inside(snap: Snapshot) -> None:
-    """Refuse, before any byte is sent, a snapshot naming files outside its table's root."""
+    """Refuse, before any byte is sent, a snapshot naming data or deletion-vector files outside its
+    table's root."""
     if snap.has_absolute_paths:
         paths = snap.live.column("path")
         root = snap.table_uri.rstrip("/") + "/"
         outside = pc.and_(pc.match_substring(paths, "://"), pc.invert(pc.starts_with(paths, root)))
         if pc.any(outside).as_py():
             raise UnsupportedOperation("Table contains absolute paths outside its root and cannot be shared")
+    if snap.has_deletion_vectors:
+        storage = pc.struct_field(snap.live.column("deletionVector"), "storageType")
+        if pc.any(pc.equal(storage, "p")).as_py():
+            raise UnsupportedOperation("Table contains absolute deletion vector paths and cannot be shared")
 
 
 def _plain_files(snap: Snapshot) -> bool:
