@@ -2,14 +2,17 @@
 
 Each provider answers :meth:`headers` (the ``Authorization`` header for the next request) and
 :meth:`invalidate` (forget a cached token after a 401). Providers are thread-safe: the reader
-downloads in threads and may refresh URLs from any of them.
+downloads in threads and may refresh URLs from any of them. :func:`auth_for_profile` shares one
+OAuth provider per client credential across the process, so a token is fetched once, not per client.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import threading
 import time
+from collections import OrderedDict
 from typing import Callable, Protocol
 
 import httpx
@@ -20,10 +23,13 @@ from deltaport.client.profile import BASIC, BEARER, OAUTH, DeltaSharingProfile
 from deltaport.client.retry import RetryPolicy, call_with_retries
 from deltaport.errors import Unauthenticated
 
-__all__ = ["AuthProvider", "BearerTokenAuth", "OAuthClientCredentials", "BasicAuth", "auth_for_profile"]
+__all__ = ["AuthProvider", "BearerTokenAuth", "OAuthClientCredentials", "BasicAuth", "auth_for_profile",
+           "clear_oauth_cache"]
 
 #: refresh an OAuth token when less than this much of its life is left (capped at half its life)
 REFRESH_BEFORE_SECONDS = 600
+#: how many OAuth providers (one per client credential) a process keeps
+OAUTH_CACHE_SIZE = 64
 
 
 class AuthProvider(Protocol):
@@ -145,16 +151,49 @@ class OAuthClientCredentials:
         self.fetches += 1
 
 
+_oauth_cache: OrderedDict[tuple, OAuthClientCredentials] = OrderedDict()
+_oauth_cache_lock = threading.Lock()
+
+
+def _shared_oauth(profile: DeltaSharingProfile, transport: httpx.BaseTransport | None, retry: RetryPolicy | None,
+                  clock: Callable[[], float]) -> OAuthClientCredentials:
+    """One provider per client credential in this process, so its token is fetched once and refreshed
+    before expiry however many clients, reads and Spark sessions use the profile.
+
+    Keyed by token endpoint, client id, a digest of the secret and scope, plus the transport and
+    clock (a token fetched through one transport is not reused through another).
+    """
+    secret = profile.client_secret or ""
+    key = (profile.token_endpoint or "", profile.client_id or "", hashlib.sha256(secret.encode()).hexdigest(),
+           profile.scope, transport, clock)
+    with _oauth_cache_lock:
+        provider = _oauth_cache.get(key)
+        if provider is None:
+            provider = OAuthClientCredentials(key[0], key[1], secret, profile.scope, transport=transport,
+                                              retry=retry, clock=clock)
+            _oauth_cache[key] = provider
+            while len(_oauth_cache) > OAUTH_CACHE_SIZE:
+                _oauth_cache.popitem(last=False)
+        else:
+            _oauth_cache.move_to_end(key)
+        return provider
+
+
+def clear_oauth_cache() -> None:
+    """Forget every cached OAuth provider (and its token)."""
+    with _oauth_cache_lock:
+        _oauth_cache.clear()
+
+
 def auth_for_profile(profile: DeltaSharingProfile, *, transport: httpx.BaseTransport | None = None,
                      retry: RetryPolicy | None = None, clock: Callable[[], float] = time.time) -> AuthProvider:
+    """The credentials of ``profile``; OAuth providers are shared per client credential (see :func:`_shared_oauth`)."""
     kind = profile.auth_type
     if kind == BEARER:
         return BearerTokenAuth(profile.bearer_token or "", profile.expiration_ms(),
                                expiration_text=profile.expiration_time, clock=clock)
     if kind == OAUTH:
-        return OAuthClientCredentials(profile.token_endpoint or "", profile.client_id or "",
-                                      profile.client_secret or "", profile.scope, transport=transport, retry=retry,
-                                      clock=clock)
+        return _shared_oauth(profile, transport, retry, clock)
     if kind == BASIC:
         return BasicAuth(profile.username or "", profile.password or "")
     raise ValueError(f"unsupported profile type {kind!r}")  # pragma: no cover - the profile parser refuses it

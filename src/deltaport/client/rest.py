@@ -125,6 +125,40 @@ class QueryResult:
         return TableInfo.from_metadata(self.metadata, self.protocol, format=self.format, version=self.table_version)
 
 
+# --- shapes of JSON answers --------------------------------------------------------------------------
+
+_ITEM_STRINGS = ("name", "id", "share", "schema", "shareId")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
+
+
+def _malformed(what: str, problem: str) -> IncompleteResponse:
+    return IncompleteResponse(f"the answer to {what} is malformed: {problem}", error_code="MALFORMED_RESPONSE",
+                              request=what, hint="the server does not follow the Delta Sharing protocol; "
+                                                 "ask the data provider to check it")
+
+
+def _object(body: Any, what: str) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise _malformed(what, f"the body is a JSON {_kind(body)}, not an object")
+    return body
+
+
+def _named(item: Any, what: str, where: str) -> dict[str, Any]:
+    """``item`` as an object with a non-empty string ``name`` (and string ``id``/``share``/... if present)."""
+    if not isinstance(item, dict):
+        raise _malformed(what, f"{where} is a JSON {_kind(item)}, not an object")
+    if not isinstance(item.get("name"), str) or not item["name"]:
+        raise _malformed(what, f"{where} has no string 'name'")
+    for key in _ITEM_STRINGS:
+        if item.get(key) is not None and not isinstance(item[key], str):
+            raise _malformed(what, f"{where}.{key} is a JSON {_kind(item[key])}, not a string")
+    return item
+
+
 # --- the client --------------------------------------------------------------------------------------
 
 
@@ -278,39 +312,52 @@ class RestClient:
             params["pageToken"] = page_token
         return params
 
+    def _listing(self, path: str, params: Mapping[str, str]) -> tuple[list[dict[str, Any]], str | None]:
+        """The ``items`` and ``nextPageToken`` of a listing, each item an object with a string ``name``."""
+        body = _object(self._get_json(path, params), f"GET {path}")
+        items = body.get("items")
+        if items is None:
+            items = []
+        elif not isinstance(items, list):
+            raise _malformed(f"GET {path}", f"'items' is a JSON {_kind(items)}, not an array")
+        for index, item in enumerate(items):
+            _named(item, f"GET {path}", f"items[{index}]")
+        token = body.get("nextPageToken")
+        if token is not None and not isinstance(token, str):
+            raise _malformed(f"GET {path}", f"'nextPageToken' is a JSON {_kind(token)}, not a string")
+        return items, token or None
+
     def list_shares(self, *, max_results: int | None = None,
                     page_token: str | None = None) -> tuple[list[Share], str | None]:
-        body = self._get_json("/shares", self._page_params(max_results, page_token))
-        return [Share(i["name"], i.get("id")) for i in body.get("items", [])], body.get("nextPageToken") or None
+        items, token = self._listing("/shares", self._page_params(max_results, page_token))
+        return [Share(i["name"], i.get("id")) for i in items], token
 
     def get_share(self, share: str) -> Share:
-        body = self._get_json(f"/shares/{_q(share)}")
-        item = body.get("share", {})
-        return Share(item.get("name", share), item.get("id"))
+        path = f"/shares/{_q(share)}"
+        item = _named(_object(self._get_json(path), f"GET {path}").get("share"), f"GET {path}", "'share'")
+        return Share(item["name"], item.get("id"))
 
     def list_schemas(self, share: Share | str, *, max_results: int | None = None,
                      page_token: str | None = None) -> tuple[list[Schema], str | None]:
         name = share if isinstance(share, str) else share.name
-        body = self._get_json(f"/shares/{_q(name)}/schemas", self._page_params(max_results, page_token))
-        return ([Schema(i["name"], i.get("share", name)) for i in body.get("items", [])],
-                body.get("nextPageToken") or None)
+        items, token = self._listing(f"/shares/{_q(name)}/schemas", self._page_params(max_results, page_token))
+        return [Schema(i["name"], i.get("share") or name) for i in items], token
 
     def list_tables(self, schema: Schema, *, max_results: int | None = None,
                     page_token: str | None = None) -> tuple[list[Table], str | None]:
-        body = self._get_json(f"/shares/{_q(schema.share)}/schemas/{_q(schema.name)}/tables",
-                              self._page_params(max_results, page_token))
-        return [self._table_item(i, schema.share, schema.name) for i in body.get("items", [])], \
-            body.get("nextPageToken") or None
+        items, token = self._listing(f"/shares/{_q(schema.share)}/schemas/{_q(schema.name)}/tables",
+                                     self._page_params(max_results, page_token))
+        return [self._table_item(i, schema.share, schema.name) for i in items], token
 
     def list_all_tables(self, share: Share | str, *, max_results: int | None = None,
                         page_token: str | None = None) -> tuple[list[Table], str | None]:
         name = share if isinstance(share, str) else share.name
-        body = self._get_json(f"/shares/{_q(name)}/all-tables", self._page_params(max_results, page_token))
-        return [self._table_item(i, name, None) for i in body.get("items", [])], body.get("nextPageToken") or None
+        items, token = self._listing(f"/shares/{_q(name)}/all-tables", self._page_params(max_results, page_token))
+        return [self._table_item(i, name, None) for i in items], token
 
     @staticmethod
     def _table_item(item: Mapping[str, Any], share: str, schema: str | None) -> Table:
-        return Table(item["name"], item.get("share", share), item.get("schema", schema or ""), item.get("id"),
+        return Table(item["name"], item.get("share") or share, item.get("schema") or schema or "", item.get("id"),
                      item.get("shareId"))
 
     @staticmethod
