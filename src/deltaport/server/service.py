@@ -64,6 +64,8 @@ def _history_error(st: SharedTable) -> InvalidParameter:
 
 def _timestamp_ms(value: str, name: str) -> int:
     try:
+        if ":" not in value:  # a date alone names no instant
+            raise ValueError(value)
         return parse_timestamp(value)
     except (ValueError, TypeError):
         raise InvalidParameter(f"Invalid {name}: {value!r} is not an ISO-8601 timestamp with a zone, "
@@ -359,7 +361,8 @@ class SharingService:
         dt = self._delta(st)
         try:
             if st_ts is not None:
-                sv = dt.history().version_at_or_after(_timestamp_ms(st_ts, "startingTimestamp"))
+                sv = dt.history().version_at_or_after(_timestamp_ms(st_ts, "startingTimestamp"),
+                                                      allow_before_earliest=False)
             if en_ts is not None:
                 ev = dt.history().version_at_or_before(_timestamp_ms(en_ts, "endingTimestamp"), allow_after_latest=True)
         except TimestampOutOfRange as exc:
