@@ -53,7 +53,7 @@ def test_inspect_errors_are_one_line_and_exit_2(tmp_path):
     for args, needle in [
         (["inspect", str(tmp_path)], "not a Delta table"),
         (["inspect", str(TABLES / "table-with-geo")], "geospatial"),
-        (["inspect", str(TABLES / "basic_partitioned"), "-v", "7"], "latest version is 1"),
+        (["inspect", str(TABLES / "basic_partitioned"), "-v", "7"], "The latest available version is 1."),
         (["inspect", str(TABLES / "basic_partitioned"), "--changes", "x"], "FROM..TO"),
         (["inspect", str(TABLES / "basic_partitioned"), "-v", "0", "-t", "2020-01-01T00:00:00Z"], "not both"),
     ]:
@@ -61,3 +61,10 @@ def test_inspect_errors_are_one_line_and_exit_2(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         assert needle in result.output
         assert "Traceback" not in result.output
+
+
+def test_inspect_errors_show_the_operator_where_the_table_is(tmp_path):
+    """Recipients never see a table's location; the operator running the CLI does."""
+    result = runner.invoke(app, ["inspect", str(TABLES / "basic_partitioned"), "-v", "7"])
+    assert result.exit_code == 2
+    assert "(table: file://" in result.output and "basic_partitioned" in result.output

@@ -23,7 +23,8 @@ def _group() -> None:
 
 
 def _fail(exc: Exception) -> None:
-    typer.echo(f"error: {exc}", err=True)
+    # the operator runs the CLI: show the cause and the table's location, which recipients never see
+    typer.echo(f"error: {getattr(exc, 'operator_message', exc)}", err=True)
     raise typer.Exit(code=2)
 
 

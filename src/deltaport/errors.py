@@ -7,9 +7,17 @@ client raises them with the server's code and message intact.
 Errors about a table's *state* (a corrupt or truncated log, a missing file, an unsupported reader
 feature) are 4xx on purpose: they are not transient, and the official client retries every 5xx
 for about 100 seconds before giving up.
+
+``message`` is what a recipient may read. Where the table is stored (``location``) and the raw
+cause (``detail``, e.g. a storage library's text, which often quotes full URLs or paths) are for
+the operator only: :attr:`DeltaportError.operator_message` joins them for logs and the CLI, and
+:func:`public_message` is what the server sends.
 """
 
 from __future__ import annotations
+
+import re
+from urllib.parse import unquote
 
 
 class DeltaportError(Exception):
@@ -18,12 +26,56 @@ class DeltaportError(Exception):
     http_status: int = 500
     error_code: str = "INTERNAL_ERROR"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, detail: str | None = None, location: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.detail = detail
+        self.location = location
 
-    def __str__(self) -> str:  # one line: code and message
+    def __str__(self) -> str:  # one line: the message a recipient may read
         return self.message
+
+    @property
+    def operator_message(self) -> str:
+        """The message with its cause and the storage location: for server logs and the CLI only."""
+        text = self.message
+        if self.detail:
+            text = f"{text} ({self.detail})"
+        if self.location and self.location not in text:
+            text = f"{text} (table: {self.location})"
+        return text
+
+
+# What a storage location looks like inside a message: a URI of a storage scheme, or an absolute
+# local path of two or more segments ("/data/t"; not "Share/Schema", not "/files/").
+_STORAGE_URI = re.compile(
+    r"\b(?:(?:file|s3[an]?|abfss?|wasbs?|az|adls?|gs|gcs|hdfs|oss|r2|dbfs)://"
+    r"|https?://[^\s/'\"()<>,;]*(?:amazonaws\.com|core\.windows\.net|googleapis\.com)\b)[^\s'\"()<>,;]+",
+    re.IGNORECASE,
+)
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/\-])/[^\s/'\"()<>,;:]+/[^\s/'\"()<>,;:]+(?:/[^\s/'\"()<>,;:]*)*")
+REDACTED = "<storage location>"
+
+
+def redact_locations(text: str, *locations: str | None) -> str:
+    """``text`` without the given locations, storage URIs or absolute local paths."""
+    for loc in locations:
+        if not loc:
+            continue
+        variants = {loc, loc.rstrip("/")}
+        if loc.startswith("file://"):
+            path = loc[len("file://"):].rstrip("/")
+            variants.update({path, unquote(path)})
+        for v in sorted(variants, key=len, reverse=True):
+            if v and v != "/":
+                text = text.replace(v, REDACTED)
+    text = _STORAGE_URI.sub(REDACTED, text)
+    return _ABSOLUTE_PATH.sub(REDACTED, text)
+
+
+def public_message(exc: DeltaportError) -> str:
+    """The message a recipient may read: never where the provider stores the table."""
+    return redact_locations(exc.message, exc.location, getattr(exc, "table", None))
 
 
 # --- request-level errors -------------------------------------------------------------------
@@ -77,22 +129,23 @@ class ObjectNotFound(StorageError):
 
 
 class DeltaError(DeltaportError):
-    """An error about one Delta table. ``table`` names it (its root URI)."""
+    """An error about one Delta table. ``table`` names it (its root URI) for the operator only.
+
+    The code is the one the reference server gives the Delta engine's own errors about a table it
+    cannot read (400 MALFORMED_REQUEST). Its catch-all 500 is not copied: the table's state is
+    not transient, and clients retry every 5xx for about 100 seconds.
+    """
 
     http_status = 400
-    error_code = "INVALID_STATE"
+    error_code = "MALFORMED_REQUEST"
 
-    def __init__(self, message: str, *, table: str | None = None) -> None:
+    def __init__(self, message: str, *, table: str | None = None, detail: str | None = None) -> None:
         self.table = table
-        if table and table not in message:
-            message = f"{message} (table: {table})"
-        super().__init__(message)
+        super().__init__(message, detail=detail, location=table)
 
 
 class NotADeltaTable(DeltaError):
-    """The location has no ``_delta_log`` or the log has no commits."""
-
-    error_code = "RESOURCE_DOES_NOT_EXIST"
+    """The location has no ``_delta_log`` or the log has no commits (the engine's "table not found")."""
 
 
 class CorruptLog(DeltaError):
@@ -103,6 +156,19 @@ class VersionNotFound(DeltaError):
     """A version that does not exist, or cannot be reconstructed from the log that is left."""
 
     error_code = "MALFORMED_REQUEST"
+
+
+class TableFilesMissing(VersionNotFound):
+    """A file the log needs (a commit, for a range of changes) is gone from storage.
+
+    The message is the reference server's, word for word; ``detail`` says which file, for the log.
+    """
+
+    error_code = "RESOURCE_DOES_NOT_EXIST"
+
+    def __init__(self, detail: str, *, table: str | None = None) -> None:
+        super().__init__("table files missing. Ask the data provider to restore the table's missing log files.",
+                         table=table, detail=detail)
 
 
 class TimestampOutOfRange(DeltaError):
@@ -116,9 +182,10 @@ class UnsupportedTableFeature(DeltaError):
 
     error_code = "UNSUPPORTED_OPERATION"
 
-    def __init__(self, message: str, *, features: list[str] | None = None, table: str | None = None) -> None:
+    def __init__(self, message: str, *, features: list[str] | None = None, table: str | None = None,
+                 detail: str | None = None) -> None:
         self.features = list(features or [])
-        super().__init__(message, table=table)
+        super().__init__(message, table=table, detail=detail)
 
 
 class ChangeDataNotRecorded(DeltaError):

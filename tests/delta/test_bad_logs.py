@@ -1,4 +1,8 @@
-"""Broken logs and bad arguments give specific errors naming the table, version or file."""
+"""Broken logs and bad arguments give specific errors naming the version or file.
+
+The table's location is kept for the operator (``table``, ``operator_message``), never in the
+message a recipient reads.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from deltaport.errors import (
     CorruptLog,
     DeltaportError,
     NotADeltaTable,
+    TableFilesMissing,
     TimestampOutOfRange,
     VersionNotFound,
 )
@@ -60,12 +65,19 @@ def _add(path: str) -> dict:
     return {"add": {"path": path, "partitionValues": {}, "size": 10, "modificationTime": 1, "dataChange": True}}
 
 
+def _location_only_for_the_operator(err: DeltaportError, path: Path) -> None:
+    assert str(path) not in err.message and str(path) not in str(err)
+    assert err.table is not None and str(path) in err.table
+    assert str(path) in err.operator_message
+
+
 def test_no_delta_log(tmp_path):
     with pytest.raises(NotADeltaTable) as err:
         _table(tmp_path).snapshot()
-    assert str(tmp_path) in str(err.value)
+    _location_only_for_the_operator(err.value, tmp_path)
     assert "_delta_log" in str(err.value)
-    assert (err.value.http_status, err.value.error_code) == (400, "RESOURCE_DOES_NOT_EXIST")
+    # the reference server's code for the engine's "table not found"; never a 5xx
+    assert (err.value.http_status, err.value.error_code) == (400, "MALFORMED_REQUEST")
 
 
 def test_empty_log(tmp_path):
@@ -83,8 +95,8 @@ def test_truncated_commit_line_names_file_and_line(tmp_path):
     msg = str(err.value)
     assert "00000000000000000001.json line 2" in msg
     assert "truncated" in msg
-    assert str(tmp_path) in msg
-    assert err.value.http_status == 400
+    _location_only_for_the_operator(err.value, tmp_path)
+    assert (err.value.http_status, err.value.error_code) == (400, "MALFORMED_REQUEST")
 
 
 def test_non_json_commit_line(tmp_path):
@@ -121,8 +133,10 @@ def test_version_out_of_range(tmp_path):
     _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
     _commit(tmp_path, 1, _add("b.parquet"))
     table = _table(tmp_path)
-    with pytest.raises(VersionNotFound, match="cannot load table version 5: the latest version is 1"):
+    with pytest.raises(VersionNotFound) as err:
         table.snapshot(5)
+    assert err.value.message == "Cannot load table version 5 as it does not exist. The latest available version is 1."
+    assert (err.value.http_status, err.value.error_code) == (400, "MALFORMED_REQUEST")
     with pytest.raises(VersionNotFound, match="versions start at 0"):
         table.snapshot(-1)
     assert table.snapshot(1).num_files == 2
@@ -136,8 +150,9 @@ def test_missing_commit_without_checkpoint(tmp_path):
     table = _table(tmp_path)
     with pytest.raises(VersionNotFound) as err:
         table.snapshot()
-    assert "cannot reconstruct version 2" in str(err.value)
-    assert "commit 1 is missing" in str(err.value)
+    assert str(err.value) == ("Cannot load table version 2: commit 1 is missing from _delta_log and no checkpoint "
+                              "covers it. Ask the data provider to restore the missing commit or to write a "
+                              "checkpoint after it.")
     assert table.snapshot(0).num_files == 1  # what can be read still reads
 
 
@@ -148,8 +163,11 @@ def test_commits_removed_before_checkpoint(tmp_path):
     table = _table(t)
     assert table.earliest_version() == 2
     assert table.snapshot().version == 3
-    with pytest.raises(VersionNotFound, match="the earliest version that can be read is 2"):
+    with pytest.raises(VersionNotFound) as err:
         table.snapshot(1)
+    assert err.value.message == (
+        "Cannot load table version 1 as the transaction log has been truncated due to manual deletion or the "
+        "log/checkpoint retention policy. The earliest available version is 2.")
 
 
 def test_missing_commit_after_checkpoint(tmp_path):
@@ -167,6 +185,9 @@ def test_corrupt_checkpoint_without_fallback(tmp_path):
     with pytest.raises(CorruptLog) as err:
         _table(t).snapshot()
     assert cp.name in str(err.value)
+    # the parquet reader's own text quotes the file's absolute path: kept for the operator only
+    _location_only_for_the_operator(err.value, t)
+    assert err.value.detail and str(t) in err.value.operator_message
 
 
 def test_corrupt_checkpoint_falls_back_to_commits(tmp_path):
@@ -193,13 +214,23 @@ def test_timestamp_outside_history(tmp_path):
     os.utime(log / f"{0:020d}.json", (1_600_000_000, 1_600_000_000))
     os.utime(log / f"{1:020d}.json", (1_700_000_000, 1_700_000_000))
     table = _table(tmp_path)
-    with pytest.raises(TimestampOutOfRange, match="before the earliest available version 0") as err:
+    with pytest.raises(TimestampOutOfRange) as err:
         table.snapshot(timestamp="2000-01-01T00:00:00Z")
-    assert str(tmp_path) in str(err.value)
-    with pytest.raises(TimestampOutOfRange, match="after the latest available version 1"):
+    assert err.value.message == (
+        "The provided timestamp (2000-01-01 00:00:00.0) is before the earliest version available to this table "
+        "(2020-09-13 12:26:40.0). Please use a timestamp greater than or equal to 2020-09-13 12:26:40.0.")
+    assert (err.value.http_status, err.value.error_code) == (400, "MALFORMED_REQUEST")
+    _location_only_for_the_operator(err.value, tmp_path)
+    after = ("The provided timestamp (2030-01-01 00:00:00.0) is after the latest version available to this table "
+             "(2023-11-14 22:13:20.0). Please use a timestamp less than or equal to 2023-11-14 22:13:20.0.")
+    with pytest.raises(TimestampOutOfRange) as err:
         table.snapshot(timestamp="2030-01-01T00:00:00Z")
-    with pytest.raises(TimestampOutOfRange, match="after the latest"):
+    assert err.value.message == after
+    with pytest.raises(TimestampOutOfRange) as err:
         table.version_at_or_after("2030-01-01T00:00:00Z")
+    assert err.value.message == after
+    # the time the message suggests is one this server accepts back
+    assert table.snapshot(timestamp="2020-09-13 12:26:40.0").version == 0
     assert table.snapshot(timestamp="2022-01-01T00:00:00Z").version == 0
     assert table.version_at_or_after("2022-01-01T00:00:00Z") == 1
     assert table.version_at_or_after("2000-01-01T00:00:00Z") == 0
@@ -214,6 +245,19 @@ def test_changes_range_errors(tmp_path):
     with pytest.raises(VersionNotFound, match="end is before start"):
         table.changes(1, 0)
     assert [c.version for c in table.changes(0)] == [0, 1]
+
+
+def test_changes_over_a_missing_commit_are_table_files_missing(tmp_path):
+    _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
+    _commit(tmp_path, 1, _add("b.parquet"))
+    _commit(tmp_path, 2, _add("c.parquet"))
+    (tmp_path / "_delta_log" / f"{1:020d}.json").unlink()
+    with pytest.raises(TableFilesMissing) as err:
+        _table(tmp_path).changes(0, 2)
+    assert err.value.message.startswith("table files missing. Ask")  # the reference text, then the fix
+    assert (err.value.http_status, err.value.error_code) == (400, "RESOURCE_DOES_NOT_EXIST")
+    assert "commit 1 is no longer in the log" in err.value.operator_message
+    _location_only_for_the_operator(err.value, tmp_path)
 
 
 def test_every_error_is_a_deltaport_error_with_a_status(tmp_path):

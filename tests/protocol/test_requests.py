@@ -28,7 +28,7 @@ def test_official_client_bodies():
     (b'{"predicateHints":"a = 1"}', MalformedRequest, "list of strings"),
     (b'{"limit":3}', MalformedRequest, "unknown field"),
     (b'{"version":1,"timestamp":"2020-01-01T00:00:00Z"}', InvalidParameter, "only provide one of"),
-    (b'{"version":-1}', InvalidParameter, "cannot be negative"),
+    (b'{"version":-1}', InvalidParameter, "^table version cannot be negative.$"),
     (b'{"maxFiles":0}', InvalidParameter, "maxFiles must be positive"),
     (b'{"maxFiles":-1}', InvalidParameter, "maxFiles must be positive"),
     (b'{"includeRefreshToken":true,"version":1}', InvalidParameter, "specific version"),
@@ -51,6 +51,15 @@ def test_query_params():
         parse_max_results("x")
     with pytest.raises(InvalidParameter, match="startingVersion is not a valid number"):
         parse_version_param("startingVersion", "abc")
+    # the reference server's texts, exactly
+    for name, value, message in [("version", "-1", "version cannot be negative"),
+                                 ("startingVersion", "-1", "startingVersion cannot be negative."),
+                                 ("endingVersion", "-3", "endingVersion cannot be negative."),
+                                 ("version", "9" * 30, "version is not a valid number.")]:
+        with pytest.raises(InvalidParameter) as err:
+            parse_version_param(name, value)
+        assert err.value.message == message
+    assert parse_version_param("version", "0") == 0
 
 
 def test_capabilities_header():

@@ -10,7 +10,7 @@ import pytest
 
 from deltaport.server import create_app, parse_config
 
-TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "delta-tables"
+TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")).resolve() / "delta-tables"
 
 CORPUS = {
     "dv": "table-with-dv-small",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
+import re
 import shutil
 
 import httpx
@@ -205,3 +207,72 @@ def test_fuzzed_requests_never_get_a_5xx(server):
             if r.status_code >= 400 and kind != "head":
                 assert set(r.json()) == {"errorCode", "message"}
     assert any(s == 200 for s in statuses) and any(400 <= s < 500 for s in statuses)
+
+
+def _writable_copy(name: str, dst) -> None:
+    shutil.copytree(TABLES / name, dst)
+    for root, dirs, files in os.walk(dst):  # the corpus is read-only
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+
+
+_STORAGE_TEXT = re.compile(r"file:|s3a?://|abfss?://|wasbs?://|gs://|az://|delta-tables|/tmp/|/work/", re.IGNORECASE)
+
+
+def test_engine_errors_never_show_where_the_table_is_stored(tmp_path, caplog):
+    """Recipients must never learn the provider's storage location; the operator's log keeps it."""
+    corrupt = tmp_path / "corrupt"
+    _writable_copy("basic_partitioned", corrupt)
+    (corrupt / "_delta_log" / f"{2:020d}.json").write_bytes(b'{"add":{"path":"x.parq\n')
+    bad_checkpoint = tmp_path / "bad_checkpoint"  # the parquet reader's own error quotes the file's full path
+    _writable_copy("with_checkpoint_no_last_checkpoint", bad_checkpoint)
+    (bad_checkpoint / "_delta_log" / f"{0:020d}.json").unlink()
+    next((bad_checkpoint / "_delta_log").glob("*.checkpoint.parquet")).write_bytes(b"PAR1 garbage")
+    gap = tmp_path / "gap"
+    _writable_copy("cdf-table", gap)
+    (gap / "_delta_log" / f"{1:020d}.json").unlink()
+    empty = tmp_path / "empty"
+    (empty / "_delta_log").mkdir(parents=True)
+    tables = [{"name": "corrupt", "location": str(corrupt)},
+              {"name": "checkpoint", "location": bad_checkpoint.as_uri()},
+              {"name": "good", "location": str(TABLES / "cdf-table"), "historyShared": True},
+              {"name": "gap", "location": str(gap), "historyShared": True},
+              {"name": "empty", "location": str(empty)}]
+    old, future = "2000-01-01T00:00:00Z", "2999-01-01T00:00:00Z"
+    cases = [  # (method, table path, params or body, status, errorCode, exact message or None)
+        ("post", "/corrupt/query", {}, 400, "MALFORMED_REQUEST", None),
+        ("get", "/corrupt/metadata", None, 400, "MALFORMED_REQUEST", None),
+        ("post", "/checkpoint/query", {}, 400, "MALFORMED_REQUEST", None),
+        ("get", "/good/metadata", {"version": 99}, 400, "MALFORMED_REQUEST",
+         "Cannot load table version 99 as it does not exist. The latest available version is 3."),
+        ("get", "/good/metadata", {"timestamp": old}, 400, "MALFORMED_REQUEST", None),
+        ("post", "/good/query", {"timestamp": future}, 400, "MALFORMED_REQUEST", None),
+        ("get", "/good/version", {"startingTimestamp": future}, 400, "MALFORMED_REQUEST", None),
+        ("get", "/good/changes", {"startingTimestamp": future}, 400, "INVALID_PARAMETER_VALUE", None),
+        ("get", "/gap/changes", {"startingVersion": 0}, 400, "RESOURCE_DOES_NOT_EXIST",
+         "table files missing. Ask the data provider to restore the table's missing log files."),
+        ("post", "/empty/query", {}, 400, "MALFORMED_REQUEST", None),
+    ]
+    caplog.set_level(logging.WARNING, logger="deltaport")
+    server = _serve(tables)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            for method, path, args, status, code, message in cases:
+                if method == "post":
+                    r = c.post(T + path, json=args)
+                else:
+                    r = c.get(T + path, params=args)
+                assert (r.status_code, r.json()["errorCode"]) == (status, code), (path, r.text)
+                if message is not None:
+                    assert r.json()["message"] == message
+                seen = r.text + "\n" + "\n".join(f"{k}: {v}" for k, v in r.headers.items())
+                assert not _STORAGE_TEXT.search(seen), (path, seen)
+                for p in (tmp_path, TABLES):
+                    assert str(p) not in seen and p.as_uri() not in seen
+    finally:
+        server.stop()
+    # the operator still learns which table broke, and why
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("deltaport"))
+    assert str(corrupt) in logged and "bad_checkpoint" in logged and "commit 1 is no longer in the log" in logged

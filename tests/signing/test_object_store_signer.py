@@ -114,8 +114,12 @@ def test_obstore_errors_become_storage_errors(monkeypatch):
         raise obstore.exceptions.GenericError("credential provider failed\n\nDebug source: ...")
 
     monkeypatch.setattr(obstore, "sign", fail)
-    with pytest.raises(StorageError, match=r"cannot sign a URL for x.parquet in s3://bucket/t: .*credential provider failed$"):
+    with pytest.raises(StorageError, match=r"^cannot sign a URL for x.parquet: the object store refused") as err:
         ObstoreSigner(store).sign("x.parquet", expires_in=60)
+    # the store's location and its raw error are for the operator: never in the message a recipient reads
+    assert "s3://bucket" not in err.value.message and "credential provider" not in err.value.message
+    assert err.value.detail == "credential provider failed"
+    assert "s3://bucket/t" in err.value.operator_message
 
 
 # --- GCS (V4 signed URLs, no network needed) ------------------------------------------------

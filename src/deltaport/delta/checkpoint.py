@@ -174,7 +174,7 @@ def _read_parquet_actions(store: ObjectStore, path: str, pv_columns: list[str], 
     except DeltaportError:
         raise
     except (OSError, pa.ArrowException) as exc:
-        raise CorruptLog(f"checkpoint {path} cannot be read: {exc}", table=table) from exc
+        raise CorruptLog(f"checkpoint {path} cannot be read", table=table, detail=str(exc)) from exc
     for col in small:
         arr = t.column(col)
         valid = arr.filter(pc.is_valid(arr))
@@ -264,7 +264,7 @@ def checkpoint_metadata_only(store: ObjectStore, parts: list[LogFile], *, table:
         except DeltaportError:
             raise
         except (OSError, pa.ArrowException) as exc:
-            raise CorruptLog(f"checkpoint {part.path} cannot be read: {exc}", table=table) from exc
+            raise CorruptLog(f"checkpoint {part.path} cannot be read", table=table, detail=str(exc)) from exc
         for col in names:
             arr = t.column(col)
             for row in arr.filter(pc.is_valid(arr)).to_pylist():

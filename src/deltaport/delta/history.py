@@ -33,6 +33,17 @@ def format_ms(ms: int) -> str:
     )
 
 
+def format_sql_timestamp(ms: int) -> str:
+    """``yyyy-mm-dd hh:mm:ss.f`` in UTC, as the reference server prints timestamps in its errors.
+
+    The fraction keeps its significant digits only (``.0`` for whole seconds). The text parses
+    back as a timestamp this server accepts (a timestamp without an offset is UTC).
+    """
+    d = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+    frac = f"{ms % 1000:03d}".rstrip("0") or "0"
+    return f"{d:%Y-%m-%d %H:%M:%S}.{frac}"
+
+
 class CommitHistory:
     """Ascending (version, timestamp ms) pairs for the commits still in the log."""
 
@@ -65,23 +76,29 @@ class CommitHistory:
         if not self.versions:
             raise TimestampOutOfRange("the table has no commits to resolve a timestamp against", table=self.table)
 
+    def _before_earliest(self, ts_ms: int) -> TimestampOutOfRange:
+        first = format_sql_timestamp(self.timestamps[0])
+        return TimestampOutOfRange(
+            f"The provided timestamp ({format_sql_timestamp(ts_ms)}) is before the earliest version available to "
+            f"this table ({first}). Please use a timestamp greater than or equal to {first}.",
+            table=self.table,
+        )
+
+    def _after_latest(self, ts_ms: int) -> TimestampOutOfRange:
+        last = format_sql_timestamp(self.timestamps[-1])
+        return TimestampOutOfRange(
+            f"The provided timestamp ({format_sql_timestamp(ts_ms)}) is after the latest version available to "
+            f"this table ({last}). Please use a timestamp less than or equal to {last}.",
+            table=self.table,
+        )
+
     def version_at_or_before(self, ts_ms: int, *, allow_after_latest: bool = False) -> int:
         """Latest version committed at or before ``ts_ms``."""
         self._check_nonempty()
         if ts_ms < self.timestamps[0]:
-            raise TimestampOutOfRange(
-                f"the provided timestamp ({format_ms(ts_ms)}) is before the earliest available version "
-                f"{self.versions[0]} (committed {format_ms(self.timestamps[0])}); use a timestamp greater than "
-                f"or equal to {format_ms(self.timestamps[0])}",
-                table=self.table,
-            )
+            raise self._before_earliest(ts_ms)
         if ts_ms > self.timestamps[-1] and not allow_after_latest:
-            raise TimestampOutOfRange(
-                f"the provided timestamp ({format_ms(ts_ms)}) is after the latest available version "
-                f"{self.versions[-1]} (committed {format_ms(self.timestamps[-1])}); use a timestamp less than "
-                f"or equal to {format_ms(self.timestamps[-1])}",
-                table=self.table,
-            )
+            raise self._after_latest(ts_ms)
         i = bisect.bisect_right(self.timestamps, ts_ms) - 1
         return self.versions[i]
 
@@ -89,18 +106,9 @@ class CommitHistory:
         """First version committed at or after ``ts_ms``."""
         self._check_nonempty()
         if ts_ms > self.timestamps[-1]:
-            raise TimestampOutOfRange(
-                f"the provided timestamp ({format_ms(ts_ms)}) is after the latest available version "
-                f"{self.versions[-1]} (committed {format_ms(self.timestamps[-1])}); use a timestamp less than "
-                f"or equal to {format_ms(self.timestamps[-1])}",
-                table=self.table,
-            )
+            raise self._after_latest(ts_ms)
         if ts_ms < self.timestamps[0] and not allow_before_earliest:
-            raise TimestampOutOfRange(
-                f"the provided timestamp ({format_ms(ts_ms)}) is before the earliest available version "
-                f"{self.versions[0]}; use a timestamp greater than or equal to {format_ms(self.timestamps[0])}",
-                table=self.table,
-            )
+            raise self._before_earliest(ts_ms)
         i = bisect.bisect_left(self.timestamps, ts_ms)
         return self.versions[i]
 

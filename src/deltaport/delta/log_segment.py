@@ -106,7 +106,8 @@ def build_segment(listing: LogListing, version: int | None, *, table: str | None
         raise VersionNotFound(f"version {version} is invalid: versions start at 0", table=table)
     if version > latest:
         raise VersionNotFound(
-            f"cannot load table version {version}: the latest version is {latest}", table=table
+            f"Cannot load table version {version} as it does not exist. The latest available version is {latest}.",
+            table=table,
         )
     usable = sorted(v for v in listing.checkpoints if v <= version and v not in exclude_checkpoints)
     for cp in reversed(usable):
@@ -118,9 +119,15 @@ def build_segment(listing: LogListing, version: int | None, *, table: str | None
         return LogSegment(version, None, (), tuple(listing.commits[v] for v in range(0, version + 1)))
     missing = [v for v in range(0, version + 1) if v not in listing.commits]
     earliest = listing.earliest_reconstructable()
-    hint = f"; the earliest version that can be read is {earliest}" if earliest is not None else ""
+    detail = f"commit {missing[-1] if missing else '?'} is missing from _delta_log and no checkpoint covers it"
+    if earliest is not None and version < earliest:
+        raise VersionNotFound(
+            f"Cannot load table version {version} as the transaction log has been truncated due to manual deletion "
+            f"or the log/checkpoint retention policy. The earliest available version is {earliest}.",
+            table=table, detail=detail,
+        )
     raise VersionNotFound(
-        f"cannot reconstruct version {version}: commit {missing[-1] if missing else '?'} is missing from "
-        f"_delta_log and no checkpoint covers it{hint}",
+        f"Cannot load table version {version}: {detail}. Ask the data provider to restore the missing "
+        "commit or to write a checkpoint after it.",
         table=table,
     )

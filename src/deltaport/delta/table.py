@@ -24,7 +24,7 @@ from deltaport.delta.replay import replay, with_keys
 from deltaport.delta.snapshot import Snapshot
 from deltaport.delta.table_changes import CommitChanges
 from deltaport.delta.table_config import TableConfig
-from deltaport.errors import CorruptLog, NotADeltaTable, ObjectNotFound, VersionNotFound
+from deltaport.errors import CorruptLog, NotADeltaTable, ObjectNotFound, TableFilesMissing, VersionNotFound
 from deltaport.storage import store_for
 from deltaport.storage.base import ObjectStore
 
@@ -101,7 +101,7 @@ class DeltaTable:
         try:
             return self.store.read(lf.path)
         except ObjectNotFound as exc:
-            raise VersionNotFound(f"commit file {lf.path} disappeared from the log", table=self.uri) from exc
+            raise TableFilesMissing(f"commit file {lf.path} disappeared from the log", table=self.uri) from exc
 
     # --- configuration (protocol + metadata) ------------------------------------------------
 
@@ -271,7 +271,7 @@ class DeltaTable:
                                   table=self.uri)
         missing = [v for v in range(start, end + 1) if v not in listing.commits]
         if missing:
-            raise VersionNotFound(
+            raise TableFilesMissing(
                 f"changes for versions {start}..{end} cannot be read: commit {missing[0]} is no longer in the log",
                 table=self.uri,
             )

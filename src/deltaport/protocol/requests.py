@@ -181,8 +181,11 @@ def parse_version_param(name: str, value: str | None) -> int | None:
         number = int(value)
     except ValueError:
         raise InvalidParameter(f"{name} is not a valid number.") from None
-    if number < 0 or number > INT64_MAX:
-        raise InvalidParameter(f"{name} must be a version between 0 and {INT64_MAX}.")
+    if number > INT64_MAX:  # does not fit a long: the reference cannot parse it either
+        raise InvalidParameter(f"{name} is not a valid number.")
+    if number < 0:
+        # the reference server's texts: /metadata's "version", and the body fields' "startingVersion ..."
+        raise InvalidParameter("version cannot be negative" if name == "version" else f"{name} cannot be negative.")
     return number
 
 

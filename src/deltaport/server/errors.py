@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from deltaport.errors import DeltaportError, Unauthenticated
+from deltaport.errors import DeltaportError, Unauthenticated, public_message
 from deltaport.protocol.lines import error_body
 
 log = logging.getLogger("deltaport.server")
@@ -25,13 +25,16 @@ def json_error(status: int, code: str, message: str, *, head: bool = False) -> R
 
 
 async def deltaport_error(request: Request, exc: DeltaportError) -> Response:
+    """The error as the protocol's JSON. Where the table is stored goes to the server log only."""
     status = exc.http_status
     if isinstance(exc, Unauthenticated):
         status = 401
     if status >= 500:
-        log.error("internal error on %s %s: %s", request.method, request.url.path, exc)
+        log.error("internal error on %s %s: %s", request.method, request.url.path, exc.operator_message)
         return json_error(500, "INTERNAL_ERROR", "", head=request.method == "HEAD")
-    return json_error(status, exc.error_code, exc.message, head=request.method == "HEAD")
+    if exc.location or exc.detail:  # an error about a table's storage: the operator needs where and why
+        log.warning("%s on %s %s: %s", exc.error_code, request.method, request.url.path, exc.operator_message)
+    return json_error(status, exc.error_code, public_message(exc), head=request.method == "HEAD")
 
 
 async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -15,7 +15,7 @@ from typing import Any
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.errors import InvalidParameter, ResourceNotFound, Unauthenticated
 from deltaport.server.config import SchemaConfig, ServerConfig, ShareConfig, TableConfig, hash_token
-from deltaport.server.tokens import TokenBinding, TokenCodec
+from deltaport.server.tokens import LIST_TOKEN_ERROR, TokenBinding, TokenCodec
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ class Registry:
             data = self.codec.decode("list", page_token, binding)
             start = data.get("o", 0)
             if not isinstance(start, int) or not 0 <= start <= len(items):
-                raise InvalidParameter("invalid 'nextPageToken'")
+                raise InvalidParameter(LIST_TOKEN_ERROR)
         end = start + max_results
         next_token = None
         if end < len(items) or (max_results == 0 and items and start < len(items)):

@@ -16,7 +16,7 @@ from typing import Any
 from deltaport.delta import DeltaTable, Snapshot, SnapshotCache
 from deltaport.delta.history import parse_timestamp
 from deltaport.delta.scan import scan
-from deltaport.errors import DeltaportError, InvalidParameter, TimestampOutOfRange, UnsupportedOperation
+from deltaport.errors import DeltaportError, InvalidParameter, TimestampOutOfRange, UnsupportedOperation, public_message
 from deltaport.expressions import And
 from deltaport.protocol import lines
 from deltaport.protocol.capabilities import DELTA, HEADER, PARQUET, Capabilities
@@ -482,7 +482,7 @@ def _stream(head: list[bytes], files: Iterator[bytes], tail, end_stream: bool) -
     except DeltaportError as exc:
         if not end_stream:
             raise
-        yield lines.end_stream(error_message=f"{exc.error_code}: {exc.message}")
+        yield lines.end_stream(error_message=f"{exc.error_code}: {public_message(exc)}")
         return
     except Exception:
         if not end_stream:

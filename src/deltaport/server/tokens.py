@@ -44,8 +44,10 @@ class TokenBinding:
 _WORDS = {
     "page": ("the page token", "Please restart the query."),
     "refresh": ("the refresh token", "Please restart the query."),
-    "list": ("'nextPageToken'", "Please list again from the first page."),
 }
+# the reference server's texts, word for word
+_UNREADABLE = {"page": "Error decoding the page token: {token}.", "refresh": "Error decoding refresh token: {token}."}
+LIST_TOKEN_ERROR = "invalid 'nextPageToken'. Restart the listing without a pageToken."
 
 
 class TokenCodec:
@@ -66,10 +68,21 @@ class TokenCodec:
         return f"{_b64(payload)}.{_b64(mac)}"
 
     def decode(self, kind: str, token: str, binding: TokenBinding, *, params: str | None = None) -> dict[str, Any]:
-        """The token's data, after checking signature, kind, binding, expiry and parameters."""
-        what, restart = _WORDS[kind]
-        bad = InvalidParameter(f"Error decoding {what}: it is not a token this server issued for this query. "
-                               f"{restart}")
+        """The token's data, after checking signature, kind, binding, expiry and parameters.
+
+        A list token ("list") that fails any check is just ``invalid 'nextPageToken'``, as in the
+        reference server: a listing has nothing to restart but its first page.
+        """
+        if kind == "list":
+            try:
+                return self._decode(kind, token, binding, params=params)
+            except InvalidParameter:
+                raise InvalidParameter(LIST_TOKEN_ERROR) from None
+        return self._decode(kind, token, binding, params=params)
+
+    def _decode(self, kind: str, token: str, binding: TokenBinding, *, params: str | None) -> dict[str, Any]:
+        what, restart = _WORDS.get(kind, ("the token", "Please restart the query."))
+        bad = InvalidParameter(_UNREADABLE.get(kind, "Error decoding the token: {token}.").format(token=token))
         try:
             body, mac = token.split(".", 1)
             payload = _unb64(body)

@@ -50,8 +50,9 @@ class ObstoreSigner:
         raw = store.raw
         if not isinstance(raw, (obstore.store.S3Store, obstore.store.AzureStore, obstore.store.GCSStore)):
             raise StorageError(
-                f"cannot presign URLs for {store.root_uri}: only S3, Azure Blob and GCS stores can sign "
-                f"(this store is {type(raw).__name__})"
+                "cannot presign URLs for this table's store: only S3, Azure Blob and GCS stores can sign "
+                f"(this store is {type(raw).__name__})",
+                location=store.root_uri,
             )
         self.store = store
         self._raw = raw
@@ -64,7 +65,8 @@ class ObstoreSigner:
                 try:
                     self._azure_key = base64.b64decode(config["account_key"], validate=True)
                 except ValueError as exc:
-                    raise StorageError(f"the Azure account key of {store.root_uri} is not base64") from exc
+                    raise StorageError("the Azure account key of this table's store is not base64: check "
+                                       "account_key in the server config", location=store.root_uri) from exc
             container = config.get("container_name", "")
             prefix = (raw.prefix or "").strip("/")
             self._azure_blob_prefix = f"/blob/{config.get('account_name', '')}/{container}/" + (
@@ -81,7 +83,9 @@ class ObstoreSigner:
         except Exception as exc:  # obstore raises its own errors, TypeError for bad paths
             detail = (str(exc).strip().splitlines() or [""])[0]  # obstore appends a debug dump
             raise StorageError(
-                f"cannot sign a URL for {what} in {self.store.root_uri}: {type(exc).__name__}: {detail}"
+                f"cannot sign a URL for {what}: the object store refused ({type(exc).__name__}); ask the data "
+                "provider to check the server's storage credentials",
+                detail=detail, location=self.store.root_uri,
             ) from exc
 
     def _needs_percent_escape(self) -> bool:

@@ -59,8 +59,9 @@ def store_for(location: str, options: Mapping[str, Any] | None = None) -> Object
     scheme = urlparse(location).scheme.lower()
     if scheme not in OBJECT_STORE_SCHEMES:
         raise StorageError(
-            f"unsupported storage scheme '{scheme}' in {location!r}: use a local path, file://, "
-            "s3://, az://, abfss://, wasbs:// or gs://"
+            f"unsupported storage scheme '{scheme}' in a table location: use a local path, file://, "
+            "s3://, az://, abfss://, wasbs:// or gs://",
+            location=location,
         )
     opts = dict(options or {})
     if scheme in ("wasb", "wasbs", "abfss", "abfs") and "@" in urlparse(location).netloc:

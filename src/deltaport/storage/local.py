@@ -49,7 +49,8 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError):
             return []
         except PermissionError as exc:
-            raise StorageError(f"permission denied listing {base}") from exc
+            raise StorageError(f"permission denied listing {directory or 'the table root'}",
+                               location=str(self.root)) from exc
         out.sort(key=lambda f: f.path)
         return out
 
@@ -60,7 +61,7 @@ class LocalStore:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
             raise ObjectNotFound(f"file not found: {path}") from exc
         except PermissionError as exc:
-            raise StorageError(f"permission denied reading {path}") from exc
+            raise StorageError(f"permission denied reading {path}", location=str(self.root)) from exc
 
     def read(self, path: str) -> bytes:
         with self._open(path) as fh:

@@ -38,7 +38,8 @@ class ObstoreStore:
                 self.root_uri, client_options=client_options or None, **self.options
             )
         except Exception as exc:  # obstore raises config errors of several kinds
-            raise StorageError(f"cannot open {self.root_uri}: {exc}") from exc
+            raise StorageError("the table's object store cannot be opened: check its storage options in the "
+                               "server config", detail=str(exc), location=self.root_uri) from exc
 
     def __repr__(self) -> str:
         return f"ObstoreStore({self.root_uri!r})"
@@ -54,13 +55,14 @@ class ObstoreStore:
         try:
             return fn(*args, **kwargs)
         except FileNotFoundError as exc:
-            raise ObjectNotFound(f"file not found: {what}") from exc
+            raise ObjectNotFound(f"file not found: {what}", location=self.root_uri) from exc
         except oe.NotFoundError as exc:
-            raise ObjectNotFound(f"file not found: {what}") from exc
+            raise ObjectNotFound(f"file not found: {what}", location=self.root_uri) from exc
         except (oe.PermissionDeniedError, oe.UnauthenticatedError) as exc:
-            raise StorageError(f"permission denied: {what}") from exc
+            raise StorageError(f"permission denied: {what}", detail=str(exc), location=self.root_uri) from exc
         except oe.BaseError as exc:
-            raise StorageError(f"storage error on {what}: {exc}") from exc
+            raise StorageError(f"storage error on {what}: the object store failed; retry later",
+                               detail=str(exc), location=self.root_uri) from exc
 
     def list_dir(self, directory: str, start_after: str | None = None) -> list[FileInfo]:
         import obstore
@@ -77,7 +79,8 @@ class ObstoreStore:
                         continue  # deeper than one level (e.g. _delta_log/_sidecars/)
                     out.append(FileInfo(path, int(meta["size"]), _ms(meta)))
         except Exception as exc:
-            raise StorageError(f"storage error listing {directory}: {exc}") from exc
+            raise StorageError(f"storage error listing {directory or 'the table root'}: the object store failed; "
+                               "retry later", detail=str(exc), location=self.root_uri) from exc
         out.sort(key=lambda f: f.path)
         return out
 
