@@ -8,6 +8,8 @@ import pytest
 
 from conftest import OTHER_TOKEN, TOKEN
 
+from deltaport.server.tokens import LIST_TOKEN_ERROR
+
 T = "/delta-sharing/shares/corpus/schemas/default/tables"
 DELTA_CAPS = "responseformat=delta;readerfeatures=deletionvectors,columnmapping,timestampntz"
 
@@ -81,11 +83,12 @@ def test_list_errors(http):
                                "INVALID_PARAMETER_VALUE")
     assert "expected a number" in error(http.get("/delta-sharing/shares", params={"maxResults": "x"}), 400,
                                         "INVALID_PARAMETER_VALUE")
-    error(http.get("/delta-sharing/shares", params={"pageToken": "forged"}), 400, "INVALID_PARAMETER_VALUE")
+    assert error(http.get("/delta-sharing/shares", params={"pageToken": "forged"}), 400,
+                 "INVALID_PARAMETER_VALUE") == LIST_TOKEN_ERROR
     token = http.get("/delta-sharing/shares/corpus/all-tables", params={"maxResults": 1}).json()["nextPageToken"]
-    # a token of one listing is refused by another
+    # a token of one listing is refused by another, with the same text as a forged one
     r = http.get("/delta-sharing/shares/corpus/schemas", params={"pageToken": token})
-    error(r, 400, "INVALID_PARAMETER_VALUE")
+    assert error(r, 400, "INVALID_PARAMETER_VALUE") == LIST_TOKEN_ERROR
 
 
 # --- version, metadata ----------------------------------------------------------------------
@@ -122,8 +125,10 @@ def test_metadata_formats(http):
             assert metadata["metaData"]["numFiles"] == 6 and metadata["metaData"]["size"] > 0
     r = http.get(T + "/dv/metadata", headers={"delta-sharing-capabilities": "responseformat=delta,parquet"})
     assert "deletionvectors" in error(r, 400, "UNSUPPORTED_OPERATION")
-    assert "Cannot load table version 9" in error(http.get(T + "/partitioned/metadata", params={"version": 9}),
-                                                   400, "MALFORMED_REQUEST").replace("cannot", "Cannot")
+    assert error(http.get(T + "/partitioned/metadata", params={"version": 9}), 400, "MALFORMED_REQUEST") == \
+        "Cannot load table version 9 as it does not exist. The latest available version is 1."
+    assert error(http.get(T + "/partitioned/metadata", params={"version": -1}), 400,
+                 "INVALID_PARAMETER_VALUE") == "version cannot be negative"
     assert "only provide one of" in error(
         http.get(T + "/partitioned/metadata", params={"version": 0, "timestamp": "2020-01-01T00:00:00Z"}), 400,
         "INVALID_PARAMETER_VALUE")
@@ -195,11 +200,17 @@ def test_pagination_max_files(http):
     assert pages == 3 and len(seen) == len(set(seen)) == 6
     token = lines(http.post(T + "/partitioned/query", json={"maxFiles": 2}))[-1]["endStreamAction"]["nextPageToken"]
     r = http.post(T + "/partitioned/query", json={"maxFiles": 2, "pageToken": token, "limitHint": 1})
-    assert "Query parameter mismatch" in error(r, 400, "INVALID_PARAMETER_VALUE")
+    assert error(r, 400, "INVALID_PARAMETER_VALUE") == (
+        "Query parameter mismatch detected for the next page query. The query parameter cannot change when "
+        "querying the next page results.")
     r = http.post(T + "/cdf/query", json={"maxFiles": 2, "pageToken": token})
-    assert "does not match the table" in error(r, 400, "INVALID_PARAMETER_VALUE")
-    r = http.post(T + "/partitioned/query", json={"maxFiles": 2, "pageToken": token[:-3] + "abc"})
-    error(r, 400, "INVALID_PARAMETER_VALUE")
+    assert error(r, 400, "INVALID_PARAMETER_VALUE") == \
+        "The table specified in the page token does not match the table being queried."
+    forged = token[:-3] + "abc"
+    r = http.post(T + "/partitioned/query", json={"maxFiles": 2, "pageToken": forged})
+    assert error(r, 400, "INVALID_PARAMETER_VALUE") == f"Error decoding the page token: {forged}."
+    r = http.get(T + "/cdf/changes", params={"startingVersion": 0, "maxFiles": 1, "pageToken": "x"})
+    assert error(r, 400, "INVALID_PARAMETER_VALUE") == "Error decoding the page token: x."
 
 
 def test_refresh_token_keeps_its_version(http):
@@ -209,7 +220,10 @@ def test_refresh_token_keeps_its_version(http):
     again = lines(http.post(T + "/partitioned/query", json={"includeRefreshToken": True, "refreshToken": refresh}))
     assert sorted(x["file"]["id"] for x in again[2:-1]) == ids
     r = http.post(T + "/cdf/query", json={"includeRefreshToken": True, "refreshToken": refresh})
-    assert "does not match the table" in error(r, 400, "INVALID_PARAMETER_VALUE")
+    assert error(r, 400, "INVALID_PARAMETER_VALUE") == \
+        "The table specified in the refresh token does not match the table being queried."
+    r = http.post(T + "/partitioned/query", json={"includeRefreshToken": True, "refreshToken": "nope"})
+    assert error(r, 400, "INVALID_PARAMETER_VALUE") == "Error decoding refresh token: nope."
 
 
 def test_fileidhash(http):
@@ -266,6 +280,37 @@ def test_changes_errors(http):
     assert "change data was not recorded" in error(r, 400, "INVALID_PARAMETER_VALUE")
 
 
+def _history(name: str):
+    from conftest import CORPUS, TABLES
+
+    from deltaport.delta import DeltaTable, SnapshotCache
+    from deltaport.delta.history import format_sql_timestamp
+
+    h = DeltaTable(str(TABLES / CORPUS[name]), cache=SnapshotCache()).history()
+    return format_sql_timestamp(h.timestamps[0]), format_sql_timestamp(h.timestamps[-1])
+
+
+def test_timestamp_errors_are_the_reference_texts(http):
+    first, last = _history("partitioned")
+    before = ("The provided timestamp (2000-01-01 00:00:00.0) is before the earliest version available to this "
+              f"table ({first}). Please use a timestamp greater than or equal to {first}.")
+    after = ("The provided timestamp (2999-01-01 00:00:00.0) is after the latest version available to this "
+             f"table ({last}). Please use a timestamp less than or equal to {last}.")
+    old, future = "2000-01-01T00:00:00Z", "2999-01-01T00:00:00Z"
+    assert error(http.get(T + "/partitioned/metadata", params={"timestamp": old}), 400, "MALFORMED_REQUEST") == before
+    assert error(http.post(T + "/partitioned/query", json={"timestamp": future}), 400, "MALFORMED_REQUEST") == after
+    assert error(http.get(T + "/partitioned/version", params={"startingTimestamp": future}), 400,
+                 "MALFORMED_REQUEST") == after
+    # the timestamp the message suggests is accepted back
+    r = http.get(T + "/partitioned/metadata", params={"timestamp": first})
+    assert r.status_code == 200 and r.headers["delta-table-version"] == "0"
+    first, last = _history("cdf")
+    r = http.get(T + "/cdf/changes", params={"startingTimestamp": future})
+    assert error(r, 400, "INVALID_PARAMETER_VALUE") == (
+        "The provided timestamp (2999-01-01 00:00:00.0) is after the latest version available to this "
+        f"table ({last}). Please use a timestamp less than or equal to {last}.")
+
+
 def test_changes_pagination(http):
     full = lines(http.get(T + "/cdf/changes", params={"startingVersion": 0, "endingVersion": 3}))
     files = [x for x in full[2:]]
@@ -293,9 +338,15 @@ def test_bad_bodies_are_4xx_json(http, body):
 
 
 def test_broken_table_gives_its_own_error_and_others_still_serve(http):
-    r = http.post(T + "/broken/query", json={})
-    assert 400 <= r.status_code < 500 and "crc-malformed" not in r.json()["message"][:0] + "x"
+    # 'broken' points at a _delta_log that holds no commit: its own 4xx error, naming the problem
+    for r in (http.post(T + "/broken/query", json={}), http.get(T + "/broken/metadata")):
+        msg = error(r, 400, "MALFORMED_REQUEST")
+        assert msg.startswith("not a Delta table") and "_delta_log" in msg, msg
+        assert "crc-malformed" not in msg  # where the table is stored is for the operator only
     assert http.post(T + "/partitioned/query", json={}).status_code == 200
+    assert http.get(T + "/cdf/metadata").status_code == 200
+    names = [t["name"] for t in http.get("/delta-sharing/shares/corpus/all-tables").json()["items"]]
+    assert {"broken", "partitioned", "cdf"} <= set(names)
 
 
 def test_unknown_routes_and_methods_are_json(http):

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import secrets
+import stat
 import time
 from collections.abc import Callable
 from typing import Optional
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    MalformedRangeHeader,
+    RangeNotSatisfiable,
+    Response,
+    StreamingResponse,
+)
 
 from deltaport.delta import SnapshotCache
-from deltaport.errors import DeltaportError, PermissionDenied, ResourceNotFound
+from deltaport.errors import DeltaportError, InvalidParameter, PermissionDenied, ResourceNotFound
 from deltaport.server import errors
 from deltaport.server.config import ServerConfig
 from deltaport.server.registry import SharedTable
@@ -43,10 +53,91 @@ def _reply(reply: Reply, head: bool = False) -> Response:
     return Response(status_code=reply.status, headers=reply.headers)
 
 
+def _declared_query_params(route) -> tuple[str, ...]:
+    """The query parameters a route declares (its own and its dependencies'), in signature order."""
+    names: list[str] = []
+    stack = [route.dependant]
+    while stack:
+        dependant = stack.pop(0)
+        names.extend(f.alias for f in dependant.query_params)
+        stack.extend(dependant.dependencies)
+    return tuple(dict.fromkeys(names))
+
+
+def known_query_params(request: Request) -> None:
+    """A dependency that refuses query parameters the route does not declare (a misspelt
+    ``versoin`` would otherwise be ignored and the request answered as if it were not there).
+
+    The route is named by the last segment of its path (``GET .../metadata``)."""
+    route = request.scope.get("route")
+    if route is None:
+        return
+    accepted = _declared_query_params(route)
+    unknown = [k for k in request.query_params.keys() if k not in accepted]
+    if not unknown:
+        return
+    hints = []
+    for k in unknown:
+        close = [a for a in accepted if a.lower() == k.lower()] or difflib.get_close_matches(k, accepted, n=1)
+        if close:
+            hints.append(f"'{close[0]}' for '{k}'")
+    where = route.path.rsplit("/", 1)[-1]  # one segment: a longer path would read as a location to redact
+    raise InvalidParameter(
+        f"Unknown query parameter{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)} for "
+        f"{request.method} .../{where}; accepted: {', '.join(accepted) or 'none'}"
+        + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
+
+
+_QUERY_CHECK = [Depends(known_query_params)]
+
+
 class _LargeChunkFileResponse(FileResponse):
-    """Files go out in 1 MiB pieces (the default 64 KiB costs the server ~2x the CPU per GB)."""
+    """Files go out in 1 MiB pieces (the default 64 KiB costs the server ~2x the CPU per GB).
+
+    A ``Range`` header that cannot be served is answered with the protocol's JSON error (416 with
+    ``Content-Range: bytes */<size>`` when no byte of the file is asked for, 400 when the header
+    cannot be parsed) rather than the base class's empty text/plain response. Valid ranges are
+    served by the base class (206 with ``Content-Range``).
+    """
 
     chunk_size = 1024 * 1024
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            problem = self._range_problem(scope)
+            if problem is not None:
+                return await problem(scope, receive, send)
+        return await super().__call__(scope, receive, send)
+
+    def _range_problem(self, scope) -> Response | None:
+        """The error response for the request's Range header, or None if the base class may serve it.
+        The same decisions as the base class: Range is read only on a 200 GET or HEAD, and not when
+        an If-Range validator no longer matches the file (then the whole file is sent)."""
+        headers = Headers(scope=scope)
+        http_range = headers.get("range")
+        if (http_range is None or self.stat_result is None or self.status_code != 200
+                or scope["method"].upper() not in ("GET", "HEAD")):
+            return None
+        if_range = headers.get("if-range")
+        if if_range is not None and not self._should_use_range(if_range):
+            return None
+        size = self.stat_result.st_size
+        head = scope["method"].upper() == "HEAD"
+        try:
+            self._parse_range_header(http_range, size)
+        except RangeNotSatisfiable:
+            last = f"; ask for bytes 0 to {size - 1}" if size else ""
+            response = errors.json_error(
+                416, "INVALID_PARAMETER_VALUE",
+                f"Range {http_range!r} is not satisfiable: the file is {size} bytes{last}", head=head)
+            response.headers["Content-Range"] = f"bytes */{size}"
+            return response
+        except MalformedRangeHeader as exc:
+            return errors.json_error(
+                400, "INVALID_PARAMETER_VALUE",
+                f"invalid Range header {http_range!r} ({exc.content.rstrip('.')}): use bytes=START-END, "
+                f"bytes=START- or bytes=-SUFFIX, with START <= END, at most {self.max_ranges} ranges", head=head)
+        return None
 
 
 class AccessLog:
@@ -115,26 +206,26 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
     async def health() -> dict:
         return {"status": "ok", "shares": len(config.shares)}
 
-    @app.get(prefix + "/shares", tags=["shares"])
+    @app.get(prefix + "/shares", tags=["shares"], dependencies=_QUERY_CHECK)
     def list_shares(maxResults: Optional[str] = None, pageToken: Optional[str] = None,
                     authorization: Optional[str] = Header(None)):
         return _reply(service.list_shares(who(authorization), maxResults, pageToken))
 
-    @app.get(prefix + "/shares/{share}", tags=["shares"])
+    @app.get(prefix + "/shares/{share}", tags=["shares"], dependencies=_QUERY_CHECK)
     def get_share(share: str, authorization: Optional[str] = Header(None)):
         return _reply(service.get_share(who(authorization), share))
 
-    @app.get(prefix + "/shares/{share}/schemas", tags=["shares"])
+    @app.get(prefix + "/shares/{share}/schemas", tags=["shares"], dependencies=_QUERY_CHECK)
     def list_schemas(share: str, maxResults: Optional[str] = None, pageToken: Optional[str] = None,
                      authorization: Optional[str] = Header(None)):
         return _reply(service.list_schemas(who(authorization), share, maxResults, pageToken))
 
-    @app.get(prefix + "/shares/{share}/schemas/{schema}/tables", tags=["shares"])
+    @app.get(prefix + "/shares/{share}/schemas/{schema}/tables", tags=["shares"], dependencies=_QUERY_CHECK)
     def list_tables(share: str, schema: str, maxResults: Optional[str] = None, pageToken: Optional[str] = None,
                     authorization: Optional[str] = Header(None)):
         return _reply(service.list_tables(who(authorization), share, schema, maxResults, pageToken))
 
-    @app.get(prefix + "/shares/{share}/all-tables", tags=["shares"])
+    @app.get(prefix + "/shares/{share}/all-tables", tags=["shares"], dependencies=_QUERY_CHECK)
     def list_all_tables(share: str, maxResults: Optional[str] = None, pageToken: Optional[str] = None,
                         authorization: Optional[str] = Header(None)):
         return _reply(service.list_all_tables(who(authorization), share, maxResults, pageToken))
@@ -148,19 +239,19 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
             return fn(*args)
         return await run_in_threadpool(fn, *args)
 
-    @app.get(prefix + _T + "/version", tags=["tables"])
+    @app.get(prefix + _T + "/version", tags=["tables"], dependencies=_QUERY_CHECK)
     async def table_version(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
                             authorization: Optional[str] = Header(None)):
         return _reply(await cheap(share, schema, table, service.table_version, who(authorization), share, schema,
                                   table, startingTimestamp))
 
-    @app.head(prefix + _T, tags=["tables"])
+    @app.head(prefix + _T, tags=["tables"], dependencies=_QUERY_CHECK)
     async def table_version_head(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
                                  authorization: Optional[str] = Header(None)):
         return _reply(await cheap(share, schema, table, service.table_version, who(authorization), share, schema,
                                   table, startingTimestamp), head=True)
 
-    @app.get(prefix + _T + "/metadata", tags=["tables"])
+    @app.get(prefix + _T + "/metadata", tags=["tables"], dependencies=_QUERY_CHECK)
     async def metadata(share: str, schema: str, table: str, version: Optional[str] = None,
                        timestamp: Optional[str] = None, authorization: Optional[str] = Header(None),
                        delta_sharing_capabilities: Optional[str] = Header(None)):
@@ -177,7 +268,7 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
                                         delta_sharing_capabilities, fileidhash, base(request))
         return _reply(reply)
 
-    @app.get(prefix + _T + "/changes", tags=["tables"])
+    @app.get(prefix + _T + "/changes", tags=["tables"], dependencies=_QUERY_CHECK)
     def changes(share: str, schema: str, table: str, request: Request,
                 startingVersion: Optional[str] = None, endingVersion: Optional[str] = None,
                 startingTimestamp: Optional[str] = None, endingTimestamp: Optional[str] = None,
@@ -219,8 +310,12 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
         root = store.root.resolve()
         if not full.is_relative_to(root):  # a symlink must not lead outside the shared table
             raise PermissionDenied("this URL names a file outside the shared table")
-        if not full.is_file():
+        try:
+            info = full.stat()
+        except OSError:
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode):
             raise ResourceNotFound(f"file not found: {rel}")
-        return _LargeChunkFileResponse(os.fspath(full), media_type="application/octet-stream")
+        return _LargeChunkFileResponse(os.fspath(full), media_type="application/octet-stream", stat_result=info)
 
     return app

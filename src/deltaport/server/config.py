@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +18,9 @@ from typing import Any
 import yaml
 
 from deltaport.errors import DeltaportError
+
+
+log = logging.getLogger("deltaport.server")
 
 
 class ConfigError(DeltaportError):
@@ -72,7 +77,6 @@ class ServerConfig:
     pre_signed_url_timeout_seconds: int = 3600
     evaluate_predicate_hints: bool = True
     evaluate_json_predicate_hints: bool = True
-    evaluate_json_predicate_hints_v2: bool = True
     query_table_page_size_limit: int = 10000
     query_table_page_token_ttl_ms: int = 259_200_000
     refresh_token_ttl_ms: int = 3_600_000
@@ -128,6 +132,37 @@ def _check_name(name: Any, what: str, *, allow_dot: bool) -> str:
         raise ConfigError(f"{what} name {name!r} is invalid: at most 255 characters, no spaces, '/', "
                           f"or control characters{extra}")
     return name
+
+
+def _check_readable_file(path: Any, key: str) -> None:
+    """A TLS file named in 'ssl' must be there and readable now, not when the server starts serving."""
+    if path in (None, ""):
+        return
+    full = os.path.abspath(str(path))
+    try:
+        with open(full, "rb") as f:
+            f.read(1)
+    except OSError as exc:
+        raise ConfigError(f"'{key}' in 'ssl' names {full}, which cannot be read ({exc.strerror}): fix the path "
+                          "or the file's permissions") from None
+
+
+def _check_key_pair(cfg: SslConfig) -> None:
+    """The certificate and key must load together (PEM, matching, the password right)."""
+    import ssl
+
+    password: Any = lambda: b""  # an encrypted key without a password file fails here, never prompts
+    if cfg.certificate_password_file:
+        with open(cfg.certificate_password_file, encoding="utf-8", errors="replace") as f:
+            password = f.read().strip()
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cfg.certificate_file, cfg.certificate_key_file,
+                                                                password=password)
+    except ssl.SSLError as exc:
+        raise ConfigError(f"'certificateFile' {os.path.abspath(cfg.certificate_file)} and 'certificateKeyFile' "
+                          f"{os.path.abspath(cfg.certificate_key_file)} in 'ssl' do not load as a PEM certificate "
+                          f"and its private key ({exc.reason or exc}): check the files, that the key matches the "
+                          "certificate, and 'certificatePasswordFile' for an encrypted key") from None
 
 
 def _table(d: Mapping[str, Any], where: str) -> TableConfig:
@@ -223,11 +258,23 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
     ssl = None
     if d.get("ssl"):
         sd = d["ssl"]
-        ssl = SslConfig(_bool(sd.get("selfSigned", False), "selfSigned"), sd.get("certificateFile"),
-                        sd.get("certificateKeyFile"), sd.get("certificatePasswordFile"))
+        if not isinstance(sd, Mapping):
+            raise ConfigError("'ssl' must be a mapping: selfSigned, or certificateFile and certificateKeyFile")
+        ssl = SslConfig(_bool(sd.get("selfSigned", False), "selfSigned"),
+                        *(str(sd[k]) if sd.get(k) not in (None, "") else None
+                          for k in ("certificateFile", "certificateKeyFile", "certificatePasswordFile")))
         if not ssl.self_signed and not (ssl.certificate_file and ssl.certificate_key_file):
             raise ConfigError("'certificateFile' and 'certificateKeyFile' in 'ssl' must be provided "
                               "(or set selfSigned: true)")
+        if not ssl.self_signed:
+            for key in ("certificateFile", "certificateKeyFile", "certificatePasswordFile"):
+                _check_readable_file(sd.get(key), key)
+            _check_key_pair(ssl)
+    if "evaluateJsonPredicateHintsV2" in d:
+        _bool(d["evaluateJsonPredicateHintsV2"], "evaluateJsonPredicateHintsV2")
+        log.warning("'evaluateJsonPredicateHintsV2' has no effect and is accepted only for compatibility: JSON "
+                    "predicate hints are always evaluated against partition values and file statistics; set "
+                    "'evaluateJsonPredicateHints: false' to turn them off")
     endpoint = "/" + str(d.get("endpoint", "/delta-sharing")).strip("/")
     secret = d.get("tokenSecret")
     return ServerConfig(
@@ -241,8 +288,6 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
                                             "preSignedUrlTimeoutSeconds", minimum=1),
         evaluate_predicate_hints=_bool(d.get("evaluatePredicateHints", True), "evaluatePredicateHints"),
         evaluate_json_predicate_hints=_bool(d.get("evaluateJsonPredicateHints", True), "evaluateJsonPredicateHints"),
-        evaluate_json_predicate_hints_v2=_bool(d.get("evaluateJsonPredicateHintsV2", True),
-                                               "evaluateJsonPredicateHintsV2"),
         query_table_page_size_limit=_int(d.get("queryTablePageSizeLimit", 10000), "queryTablePageSizeLimit",
                                          minimum=1),
         query_table_page_token_ttl_ms=_int(d.get("queryTablePageTokenTtlMs", 259_200_000),

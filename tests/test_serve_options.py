@@ -1,0 +1,71 @@
+"""`deltaport serve --host/--port` override the config's host and port; TLS file errors are one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
+DELTAPORT = str(Path(sys.executable).parent / "deltaport")
+
+
+def _config(tmp_path: Path, **extra) -> Path:
+    cfg = {"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [
+        {"name": "t", "location": str(TABLES / "basic_partitioned")}]}]}], **extra}
+    path = tmp_path / "server.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _listening(port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+        return True
+    except httpx.HTTPError:
+        return False
+
+
+def test_host_and_port_options_override_the_config(tmp_path):
+    from servers import free_port
+
+    port, config_port = free_port(), free_port()
+    # the config's host is an address this machine does not have: serving there would fail to bind
+    path = _config(tmp_path, host="203.0.113.7", port=config_port)
+    proc = subprocess.Popen([DELTAPORT, "serve", "--config", str(path), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.HTTPError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise AssertionError(f"the server did not come up on port {port}")
+                time.sleep(0.2)
+        assert r.status_code == 200 and r.json() == {"status": "ok", "shares": 1}
+        r = httpx.get(f"http://127.0.0.1:{port}/delta-sharing/shares")
+        assert r.json()["items"] == [{"name": "s"}]
+        assert not _listening(config_port)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        out, _ = proc.communicate(timeout=15)
+        print(out)  # shown by pytest when the test fails
+    assert f"serving 1 share(s) on http://127.0.0.1:{port}/delta-sharing" in out
+
+
+def test_a_missing_certificate_file_stops_serve_in_one_line(tmp_path):
+    missing = tmp_path / "missing.crt"
+    path = _config(tmp_path, host="127.0.0.1", port=1,
+                   ssl={"certificateFile": str(missing), "certificateKeyFile": str(tmp_path / "k.pem")})
+    out = subprocess.run([DELTAPORT, "serve", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == (f"error: 'certificateFile' in 'ssl' names {missing}, which cannot be read "
+                                  "(No such file or directory): fix the path or the file's permissions")
