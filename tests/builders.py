@@ -384,3 +384,17 @@ def make_timestamp_ntz_table(dir: str | os.PathLike[str]) -> str:
 
         pytest.skip(f"deltalake cannot write timestamp_ntz: {exc}")
     return str(path)
+
+
+def writable_copy(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """A copy of a (read-only) corpus table that tests may write to; returns ``dst``."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    for root, dirs, files in os.walk(dst):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    os.chmod(dst, 0o755)
+    return Path(dst)

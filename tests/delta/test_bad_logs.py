@@ -7,11 +7,11 @@ message a recipient reads.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import orjson
 import pytest
+from builders import writable_copy
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.errors import (
@@ -32,14 +32,7 @@ def _table(path: Path) -> DeltaTable:
 
 
 def _copy(name: str, tmp_path: Path) -> Path:
-    dst = tmp_path / name.replace("/", "_")
-    shutil.copytree(TABLES / name, dst)
-    for root, dirs, files in os.walk(dst):  # the corpus is read-only
-        for d in dirs:
-            os.chmod(os.path.join(root, d), 0o755)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o644)
-    return dst
+    return writable_copy(TABLES / name, tmp_path / name.replace("/", "_"))
 
 
 def _commit(path: Path, version: int, *actions: dict) -> None:

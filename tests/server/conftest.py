@@ -61,6 +61,15 @@ def server():
     running.stop()
 
 
+@pytest.fixture(scope="module")
+def http(server):
+    """An HTTP client of the corpus server, as recipient alice."""
+    import httpx
+
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
+        yield c
+
+
 @pytest.fixture(scope="session")
 def profile(server, tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("profile") / "alice.share"

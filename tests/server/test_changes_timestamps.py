@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-import httpx
-import pytest
-
-from conftest import TOKEN
-
 T = "/delta-sharing/shares/corpus/schemas/default/tables"
-
-
-@pytest.fixture(scope="module")
-def http(server):
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
-        yield c
 
 
 def _error(r) -> str:

@@ -9,19 +9,14 @@ import httpx
 import orjson
 import pytest
 
-from conftest import TABLES, TOKEN
+from builders import writable_copy
+from conftest import TABLES
 from servers import RunningServer
 
 from deltaport.server import create_app, parse_config
 
 T = "/delta-sharing/shares/corpus/schemas/default/tables"
 S = "/delta-sharing/shares/s/schemas/d/tables"
-
-
-@pytest.fixture(scope="module")
-def http(server):
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
-        yield c
 
 
 def _lines(resp) -> list[dict]:
@@ -110,7 +105,7 @@ def _append_commit(table, version: int) -> None:
 @pytest.mark.parametrize("how", ["changes", "streaming"])
 def test_change_pages_pin_the_version_range_they_started_on(tmp_path, how):
     table = tmp_path / "t"
-    shutil.copytree(TABLES / "cdf-table", table)
+    writable_copy(TABLES / "cdf-table", table)
     latest = max(int(p.name[:20]) for p in (table / "_delta_log").glob("*.json"))
     cfg = {"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [
         {"name": "t", "location": str(table), "historyShared": True}]}]}]}

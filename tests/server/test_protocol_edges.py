@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
-import shutil
 
 import httpx
 import orjson
 import pytest
 
+from builders import writable_copy
 from conftest import TABLES, TOKEN
 from servers import RunningServer
 
@@ -64,7 +63,7 @@ def test_include_historical_protocol(tmp_path):
 
 def test_absolute_paths_outside_the_root_are_refused_before_streaming(tmp_path):
     table = tmp_path / "t"
-    shutil.copytree(TABLES / "basic_partitioned", table)
+    writable_copy(TABLES / "basic_partitioned", table)
     commit = table / "_delta_log" / f"{2:020d}.json"
     commit.write_bytes(orjson.dumps({"add": {"path": "file:///etc/passwd", "partitionValues": {"letter": "z"},
                                              "size": 10, "modificationTime": 1, "dataChange": True}}) + b"\n")
@@ -78,7 +77,7 @@ def test_absolute_paths_outside_the_root_are_refused_before_streaming(tmp_path):
 
 def test_absolute_deletion_vector_paths_are_refused_before_streaming(tmp_path):
     table = tmp_path / "t"
-    shutil.copytree(TABLES / "table-with-dv-small", table)
+    writable_copy(TABLES / "table-with-dv-small", table)
     log = table / "_delta_log"
     last = max(int(p.name[:20]) for p in log.glob("*.json"))
     live = DeltaTable(str(table), cache=SnapshotCache()).snapshot().files().to_pylist()[0]
@@ -210,12 +209,7 @@ def test_fuzzed_requests_never_get_a_5xx(server):
 
 
 def _writable_copy(name: str, dst) -> None:
-    shutil.copytree(TABLES / name, dst)
-    for root, dirs, files in os.walk(dst):  # the corpus is read-only
-        for d in dirs:
-            os.chmod(os.path.join(root, d), 0o755)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o644)
+    writable_copy(TABLES / name, dst)
 
 
 _STORAGE_TEXT = re.compile(r"file:|s3a?://|abfss?://|wasbs?://|gs://|az://|delta-tables|/tmp/|/work/", re.IGNORECASE)

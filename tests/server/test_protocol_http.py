@@ -6,18 +6,12 @@ import httpx
 import orjson
 import pytest
 
-from conftest import OTHER_TOKEN, TOKEN
+from conftest import OTHER_TOKEN
 
 from deltaport.server.tokens import LIST_TOKEN_ERROR
 
 T = "/delta-sharing/shares/corpus/schemas/default/tables"
 DELTA_CAPS = "responseformat=delta;readerfeatures=deletionvectors,columnmapping,timestampntz"
-
-
-@pytest.fixture(scope="module")
-def http(server):
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
-        yield c
 
 
 def lines(resp) -> list[dict]:

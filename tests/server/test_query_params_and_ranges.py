@@ -6,16 +6,10 @@ import httpx
 import orjson
 import pytest
 
-from conftest import TABLES, TOKEN
+from conftest import TABLES
 
 P = "/delta-sharing"
 T = P + "/shares/corpus/schemas/default/tables"
-
-
-@pytest.fixture(scope="module")
-def http(server):
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
-        yield c
 
 
 def error(resp, status: int, code: str) -> str:
