@@ -53,24 +53,32 @@ def _reply(reply: Reply, head: bool = False) -> Response:
     return Response(status_code=reply.status, headers=reply.headers)
 
 
+_DECLARED: dict[int, tuple[str, ...]] = {}
+
+
 def _declared_query_params(route) -> tuple[str, ...]:
     """The query parameters a route declares (its own and its dependencies'), in signature order."""
+    known = _DECLARED.get(id(route))
+    if known is not None:
+        return known
     names: list[str] = []
     stack = [route.dependant]
     while stack:
         dependant = stack.pop(0)
         names.extend(f.alias for f in dependant.query_params)
         stack.extend(dependant.dependencies)
-    return tuple(dict.fromkeys(names))
+    known = _DECLARED[id(route)] = tuple(dict.fromkeys(names))
+    return known
 
 
-def known_query_params(request: Request) -> None:
+async def known_query_params(request: Request) -> None:
     """A dependency that refuses query parameters the route does not declare (a misspelt
     ``versoin`` would otherwise be ignored and the request answered as if it were not there).
 
-    The route is named by the last segment of its path (``GET .../metadata``)."""
+    The route is named by the last segment of its path (``GET .../metadata``). Async, so it runs
+    on the event loop: a sync dependency would cost every request a trip to the thread pool."""
     route = request.scope.get("route")
-    if route is None:
+    if route is None or not request.scope.get("query_string"):
         return
     accepted = _declared_query_params(route)
     unknown = [k for k in request.query_params.keys() if k not in accepted]
