@@ -53,12 +53,11 @@ def _reply(reply: Reply, head: bool = False) -> Response:
     return Response(status_code=reply.status, headers=reply.headers)
 
 
-_DECLARED: dict[int, tuple[str, ...]] = {}
-
-
 def _declared_query_params(route) -> tuple[str, ...]:
-    """The query parameters a route declares (its own and its dependencies'), in signature order."""
-    known = _DECLARED.get(id(route))
+    """The query parameters a route declares (its own and its dependencies'), in signature order;
+    worked out once and kept on the route (routes are unhashable, and ids are reused once an app
+    is gone)."""
+    known = getattr(route, "_deltaport_query_params", None)
     if known is not None:
         return known
     names: list[str] = []
@@ -67,7 +66,8 @@ def _declared_query_params(route) -> tuple[str, ...]:
         dependant = stack.pop(0)
         names.extend(f.alias for f in dependant.query_params)
         stack.extend(dependant.dependencies)
-    known = _DECLARED[id(route)] = tuple(dict.fromkeys(names))
+    known = tuple(dict.fromkeys(names))
+    route._deltaport_query_params = known
     return known
 
 

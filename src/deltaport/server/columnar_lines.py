@@ -14,6 +14,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
@@ -94,13 +95,11 @@ def _ids_and_uris(paths: pa.Array, id_hash: str) -> tuple[pa.Array, pa.Array, li
     return ids, pa.array(uris, pa.binary()), uris
 
 
-class PreparedFiles:
+class PreparedFiles(NamedTuple):
     """What is cached per snapshot: file ids and encoded URL paths (the Python-loop parts)."""
 
-    def __init__(self, ids: pa.Array, relative_uris: pa.Array) -> None:
-        self.ids = ids
-        self.relative_uris = relative_uris
-        self.num_files = len(ids)
+    ids: pa.Array
+    relative_uris: pa.Array
 
 
 def _static(files: pa.Table, ids: pa.Array) -> pa.Array:

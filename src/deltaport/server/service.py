@@ -62,6 +62,11 @@ def _history_error(st: SharedTable) -> InvalidParameter:
                             f"is not enabled on table: {st.full_name}")
 
 
+def _binding(who: Principal, st: SharedTable) -> TokenBinding:
+    """What a table's page and refresh tokens are bound to: the recipient and the table."""
+    return TokenBinding(who.name, st.full_name.lower(), st.config.id)
+
+
 def _timestamp_ms(value: str, name: str) -> int:
     try:
         if ":" not in value:  # a date alone names no instant
@@ -213,7 +218,7 @@ class SharingService:
             raise _history_error(st)
         if req.starting_version is not None:
             return self._streaming_query(who, st, req, caps, id_hash_header, base_url)
-        binding = TokenBinding(who.name, st.full_name.lower(), st.config.id)
+        binding = _binding(who, st)
         checksum = params_checksum(req.checksum_params())
         pinned = None
         start = 0
@@ -233,10 +238,7 @@ class SharingService:
         _check_paths_inside(snap)
         result = scan(snap, self._predicate(req), req.limit_hint)
         indices = result.indices
-        page_size = None
-        if req.max_files or req.page_token:  # a page token alone continues with the server's page size
-            page_size = min(req.max_files or self.config.query_table_page_size_limit,
-                            self.config.query_table_page_size_limit)
+        page_size = self._page_size(req.max_files, paged=bool(req.max_files or req.page_token))
         next_token = None
         if page_size is not None:
             if start > len(indices):
@@ -292,23 +294,34 @@ class SharingService:
             raise InvalidParameter(f"CDF range from start {start} to end {end} was invalid. End cannot be before start.")
         return dt.changes(start, end), latest
 
-    def _change_page(self, who: Principal, st: SharedTable, page_token: str | None,
-                     checksum_params: dict[str, Any]) -> tuple[int, int | None, int | None]:
-        """Where a streaming or CDF page token resumes: (index, pinned end version, pinned latest)."""
-        if not page_token:
-            return 0, None, None
-        binding = TokenBinding(who.name, st.full_name.lower(), st.config.id)
-        data = self.codec.decode("page", page_token, binding, params=params_checksum(checksum_params))
-        return int(data["i"]), int(data["e"]), int(data["l"])
+    def _page_size(self, max_files: int | None, *, paged: bool) -> int | None:
+        """Files per page: ``maxFiles`` capped by the config; a page token alone continues with the
+        config's page size. None when the reply is not paged."""
+        if not paged:
+            return None
+        limit = self.config.query_table_page_size_limit
+        return min(max_files or limit, limit)
+
+    def _paged_change_plan(self, who: Principal, st: SharedTable, start: int, end: int | None,
+                           page_token: str | None, checksum_params: dict[str, Any], *,
+                           cdf: bool) -> tuple[list, int, tuple[int, int]]:
+        """The changes of a streaming query or /changes, where a page token resumes in them, and
+        the (end, latest) versions its next page token must pin: a later page reads the range the
+        first page read, whatever commits landed since."""
+        begin, pinned = 0, None
+        if page_token:
+            binding = _binding(who, st)
+            data = self.codec.decode("page", page_token, binding, params=params_checksum(checksum_params))
+            begin, pinned = int(data["i"]), (int(data["e"]), int(data["l"]))
+        changes, latest = self._change_plan(st, start, pinned[0] if pinned else end, cdf=cdf)
+        if pinned is None:
+            pinned = (latest if end is None else min(end, latest), latest)
+        return changes, begin, pinned
 
     def _streaming_query(self, who, st, req: QueryRequest, caps, id_hash_header, base_url) -> Reply:
         self._check_start_version(st, req.starting_version)
-        begin, pinned_end, pinned_latest = self._change_page(who, st, req.page_token, req.checksum_params())
-        end = pinned_end if pinned_end is not None else req.ending_version
-        changes, latest = self._change_plan(st, req.starting_version, end, cdf=False)
-        if pinned_latest is not None:
-            latest = pinned_latest
-        end = end if end is not None else latest
+        changes, begin, pinned = self._paged_change_plan(who, st, req.starting_version, req.ending_version,
+                                                         req.page_token, req.checksum_params(), cdf=False)
         start_cfg = self._delta(st).config_at(req.starting_version)
         for c in changes:
             if c.protocol is not None and c.protocol.min_reader_version > 3:
@@ -326,7 +339,7 @@ class SharingService:
                 for action in c.actions(kind, data_change_only=True):
                     entries.append((kind, c, action))
         return self._change_reply(who, st, req.starting_version, start_cfg, fmt, caps, id_hash_header, base_url,
-                                  entries, req.max_files, begin, (end, latest), req.checksum_params(),
+                                  entries, req.max_files, begin, pinned, req.checksum_params(),
                                   metadata_version=True,
                                   protocol_version=req.starting_version if historical_protocol else None)
 
@@ -373,11 +386,8 @@ class SharingService:
         checksum = {"startingVersion": sv, "endingVersion": ev, "startingTimestamp": st_ts,
                     "endingTimestamp": en_ts, "includeHistoricalMetadata": historical,
                     "includeHistoricalProtocol": asked_protocol}
-        begin, pinned_end, pinned_latest = self._change_page(who, st, params.get("pageToken"), checksum)
-        changes, latest = self._change_plan(st, sv, pinned_end if pinned_end is not None else ev, cdf=True)
-        if pinned_latest is not None:
-            latest = pinned_latest
-        resolved_end = pinned_end if pinned_end is not None else min(ev, latest) if ev is not None else latest
+        changes, begin, pinned = self._paged_change_plan(who, st, sv, ev, params.get("pageToken"), checksum, cdf=True)
+        latest = pinned[1]
         end = changes[-1].version if changes else sv
         start_cfg = dt.config_at(sv)
         for c in [None, *changes]:
@@ -401,7 +411,7 @@ class SharingService:
                 for kind in ("add", "remove"):
                     entries.extend((kind, c, a) for a in c.actions(kind, data_change_only=True))
         return self._change_reply(who, st, sv, head_cfg, fmt, caps, id_hash_header, base_url, entries, mf,
-                                  begin, (resolved_end, latest), checksum,
+                                  begin, pinned, checksum,
                                   metadata_version=latest if not historical else True,
                                   protocol_version=sv if historical_protocol else None)
 
@@ -410,14 +420,14 @@ class SharingService:
                       protocol_version: int | None = None) -> Reply:
         """The response of a streaming query or /changes; ``pinned`` = (end, latest) versions its
         page tokens carry, so later pages read the same range even if the table moves on."""
-        binding = TokenBinding(who.name, st.full_name.lower(), st.config.id)
+        binding = _binding(who, st)
         checksum = params_checksum(checksum_params)
         if begin > len(entries):
             raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
         next_token = None
         paged = max_files is not None or begin > 0
-        if paged:  # a page token alone continues with the server's page size
-            size = min(max_files or self.config.query_table_page_size_limit, self.config.query_table_page_size_limit)
+        size = self._page_size(max_files, paged=paged)
+        if size is not None:
             if begin + size < len(entries):
                 next_token = self.codec.encode("page", binding, {"i": begin + size, "e": pinned[0], "l": pinned[1]},
                                                ttl_ms=self.config.query_table_page_token_ttl_ms, params=checksum)
