@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import pytest
 
 from deltaport.errors import InvalidParameter
@@ -46,7 +47,11 @@ def test_round_trip_and_binding():
     assert err.value.message == "The table specified in the refresh token does not match the table being queried."
 
 
-@pytest.mark.parametrize("mangle", [lambda t: t[:-2] + "AA", lambda t: "x" + t, lambda t: "garbage",
+def _flip(ch: str) -> str:
+    return "B" if ch == "A" else "A"
+
+
+@pytest.mark.parametrize("mangle", [lambda t: t[:-2] + _flip(t[-2]) + t[-1], lambda t: "x" + t, lambda t: "garbage",
                                     lambda t: t.split(".")[0], lambda t: ""])
 def test_forged_or_damaged_tokens_are_refused(mangle):
     codec = TokenCodec(b"k" * 32)
@@ -54,6 +59,21 @@ def test_forged_or_damaged_tokens_are_refused(mangle):
     with pytest.raises(InvalidParameter) as err:
         codec.decode("refresh", mangle(tok), B)
     assert err.value.message == f"Error decoding refresh token: {mangle(tok)}."
+
+
+def test_a_second_spelling_of_the_same_signature_is_refused():
+    codec = TokenCodec(b"k" * 32)
+    tok = codec.encode("refresh", B, {"v": 1}, ttl_ms=60_000)
+    body, mac = tok.split(".")
+    # A 32-byte MAC is 43 characters; the last carries 2 bits and 4 unused ones. Setting an unused
+    # bit decodes to the same bytes, and must still be refused.
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(mac[-1])
+    twin = f"{body}.{mac[:-1]}{alphabet[last ^ 1]}"
+    assert base64.urlsafe_b64decode(twin.split(".")[1] + "=") == base64.urlsafe_b64decode(mac + "=")
+    with pytest.raises(InvalidParameter):
+        codec.decode("refresh", twin, B)
+    assert codec.decode("refresh", tok, B) == {"v": 1}
 
 
 def test_tokens_from_another_secret_are_refused():

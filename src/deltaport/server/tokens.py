@@ -24,7 +24,15 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Decode unpadded base64url, refusing any text that is not the one encoding of its bytes.
+
+    Without the round trip, the unused low bits of the last character could be changed and the
+    token would still verify: a token would have several spellings.
+    """
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not canonical base64url")
+    return data
 
 
 def params_checksum(params: dict[str, Any]) -> str:
