@@ -10,6 +10,7 @@ import base64
 import datetime as dt
 import decimal
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -140,41 +141,54 @@ def _partition_columns(pv_map: pa.MapArray | None, pv_columns: list[str], n: int
     if pv_map is None:
         return [pa.nulls(n, pa.string()) for _ in pv_columns]
     k = len(pv_columns)
-    if pv_map.null_count == 0 and pv_map.offset == 0:
-        offsets = np.asarray(pv_map.offsets)
-        keys, items = pv_map.keys, pv_map.items
-        if offsets[0] == 0 and len(keys) == n * k and np.all(np.diff(offsets) == k):
-            expected = pa.array(pv_columns * n if k > 1 else pv_columns * n, pa.string())
-            if pc.all(pc.equal(keys, expected)).as_py():
-                items = items.cast(pa.string())
-                if k == 1:
+    if pv_map.null_count == 0:
+        offsets = np.asarray(pv_map.offsets)  # absolute, also for a sliced map array
+        start = int(offsets[0])
+        if int(offsets[-1]) - start == n * k and np.all(np.diff(offsets) == k):
+            keys = pv_map.keys.slice(start, n * k)  # keys and items ignore the map array's offset
+            items = pv_map.items.slice(start, n * k).cast(pa.string())
+            if k == 1:
+                if pc.all(pc.equal(keys, pa.scalar(pv_columns[0], keys.type))).as_py():
                     return [items]
-                return [items.take(np_array(np.arange(j, n * k, k, dtype=np.int64))) for j in range(k)]
+            else:
+                columns = [np_array(np.arange(j, n * k, k, dtype=np.int64)) for j in range(k)]
+                if all(pc.all(pc.equal(keys.take(at), pa.scalar(c, keys.type))).as_py()
+                       for c, at in zip(pv_columns, columns)):
+                    return [items.take(at) for at in columns]
     return [pc.map_lookup(pv_map, pa.scalar(c, pa.string()), "first").cast(pa.string()) for c in pv_columns]
 
 
-def _open_parquet(store: ObjectStore, path: str) -> pq.ParquetFile:
+def _read_parquet(store: ObjectStore, path: str, choose: Callable[[list[str]], list[str]]) -> pa.Table:
+    """The columns ``choose`` picks from the parquet file's top-level columns.
+
+    ``pq.read_table`` decodes row groups in parallel; ``ParquetFile.read`` on a many-row-group
+    checkpoint took twice as long (0.8-1.1 s against 0.4 s for a million adds).
+    """
     local = getattr(store, "local_path", None)
     if local is not None:
         full = local(path)
         if not full.exists():
             raise ObjectNotFound(f"file not found: {path}")
-        return pq.ParquetFile(str(full), memory_map=True)
-    return pq.ParquetFile(pa.BufferReader(store.read(path)))
+        source, memory_map = str(full), True
+    else:
+        data = store.read(path)
+        source, memory_map = pa.BufferReader(data), False
+    names = choose(pq.read_schema(source, memory_map=memory_map).names)
+    if not isinstance(source, str):
+        source = pa.BufferReader(data)
+    return pq.read_table(source, columns=names, memory_map=memory_map, use_threads=True)
 
 
 def _read_parquet_actions(store: ObjectStore, path: str, pv_columns: list[str], out: CheckpointData,
                           sidecars: list[dict[str, Any]], table: str | None) -> list[pa.Table]:
     try:
-        pf = _open_parquet(store, path)
-        names = set(pf.schema_arrow.names)
-        small = [c for c in _SMALL_COLUMNS if c in names]
-        wanted = small + (["add"] if "add" in names else [])
-        t = pf.read(columns=wanted, use_threads=True)
+        t = _read_parquet(store, path, lambda names: [c for c in (*_SMALL_COLUMNS, "add") if c in names])
     except DeltaportError:
         raise
     except (OSError, pa.ArrowException) as exc:
         raise CorruptLog(f"checkpoint {path} cannot be read", table=table, detail=str(exc)) from exc
+    names = set(t.column_names)
+    small = [c for c in _SMALL_COLUMNS if c in names]
     for col in small:
         arr = t.column(col)
         valid = arr.filter(pc.is_valid(arr))
@@ -258,9 +272,8 @@ def checkpoint_metadata_only(store: ObjectStore, parts: list[LogFile], *, table:
             out.metadata = af.metadata or out.metadata
             continue
         try:
-            pf = _open_parquet(store, part.path)
-            names = [c for c in ("protocol", "metaData") if c in pf.schema_arrow.names]
-            t = pf.read(columns=names)
+            t = _read_parquet(store, part.path, lambda names: [c for c in ("protocol", "metaData") if c in names])
+            names = t.column_names
         except DeltaportError:
             raise
         except (OSError, pa.ArrowException) as exc:

@@ -28,9 +28,17 @@ def _dv_id(dv: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(st, p, off_s, "")
 
 
+ABSOLUTE_PATH = "^[A-Za-z][A-Za-z0-9+.-]*://"  # a URI scheme and authority; relative paths have neither
+
+
+def any_absolute(paths: pa.Array | pa.ChunkedArray) -> bool:
+    """Some path is an absolute URI (anchored, so a row costs a few bytes, not a scan of the path)."""
+    return len(paths) > 0 and bool(pc.any(pc.match_substring_regex(paths, ABSOLUTE_PATH)).as_py())
+
+
 def normalise_paths(paths: pa.Array, root_uri: str) -> pa.Array:
     """Absolute paths inside the table root become relative (as adds usually are)."""
-    if len(paths) == 0 or not pc.any(pc.match_substring(paths, "://")).as_py():
+    if not any_absolute(paths):
         return paths
     prefix = root_uri.rstrip("/") + "/"
     starts = pc.starts_with(paths, prefix)
@@ -42,7 +50,7 @@ def with_keys(t: pa.Table, root_uri: str = "") -> pa.Table:
     if KEY in t.column_names:
         return t
     paths = t.column("path")
-    if any(pc.any(pc.match_substring(c, "://")).as_py() for c in paths.chunks if len(c)):
+    if any(any_absolute(c) for c in paths.chunks):
         paths = pa.chunked_array([normalise_paths(c, root_uri) for c in paths.chunks], pa.string())
     dv = t.column("deletionVector")
     if dv.null_count == len(dv):

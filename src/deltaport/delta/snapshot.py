@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaport.delta.actions import Metadata, Protocol, row_to_action
-from deltaport.delta.replay import KEY
+from deltaport.delta.replay import KEY, any_absolute
 from deltaport.delta.schema import Schema
 from deltaport.delta.table_config import TableConfig
 
@@ -55,7 +55,7 @@ class Snapshot:
     @cached_property
     def has_absolute_paths(self) -> bool:
         """Some live file is named by an absolute URI rather than a path relative to the root."""
-        return self.num_files > 0 and bool(pc.any(pc.match_substring(self.live.column("path"), "://")).as_py())
+        return self.num_files > 0 and any_absolute(self.live.column("path"))
 
     @cached_property
     def has_deletion_vectors(self) -> bool:
