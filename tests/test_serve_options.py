@@ -1,4 +1,5 @@
-"""`deltaport serve --host/--port` override the config's host and port; TLS file errors are one line."""
+"""`deltaport serve` options: --host/--port override the config, the keying worker lives and dies with
+the server, TLS file errors are one line."""
 
 from __future__ import annotations
 
@@ -69,3 +70,53 @@ def test_a_missing_certificate_file_stops_serve_in_one_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip() == (f"error: 'certificateFile' in 'ssl' names {missing}, which cannot be read "
                                   "(No such file or directory): fix the path or the file's permissions")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_keying_worker_starts_and_stops_with_the_server(tmp_path):
+    from servers import free_port
+
+    port = free_port()
+    path = _config(tmp_path, host="127.0.0.1", port=port)
+    proc = subprocess.Popen([DELTAPORT, "serve", "--config", str(path), "--keying-processes", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while not (_listening(port) and _children(proc.pid)):
+            assert proc.poll() is None and time.time() < deadline, "no server with a keying worker came up"
+            time.sleep(0.2)
+        workers = _children(proc.pid)
+        r = httpx.post(f"http://127.0.0.1:{port}/delta-sharing/shares/s/schemas/d/tables/t/query", json={})
+        assert r.status_code == 200 and len(r.text.splitlines()) == 2 + 6
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    deadline = time.time() + 15
+    while any(_alive(w) for w in workers):
+        assert time.time() < deadline, "the keying worker outlived the server"
+        time.sleep(0.2)
+
+
+def test_a_negative_number_of_keying_processes_is_refused(tmp_path):
+    out = subprocess.run([DELTAPORT, "serve", "--config", str(_config(tmp_path)), "--keying-processes", "-1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--keying-processes" in out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -100,6 +101,11 @@ def serve(
                                "plus an optional recipients list)."),
     host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default: the config's host)."),
     port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (default: the config's port)."),
+    keying_processes: Optional[int] = typer.Option(
+        None, "--keying-processes", min=0, max=16,
+        help="Worker processes that hash file ids and sign URLs for large /query responses beside the "
+             "server process (default: 1 when the machine has 2 or more CPUs, else 0; 0 keeps that work "
+             "in the server process)."),
 ) -> None:
     """Serve the shares of a config file over the Delta Sharing protocol."""
     from deltaport.errors import DeltaportError
@@ -109,7 +115,10 @@ def serve(
         cfg = load_config(config)
     except DeltaportError as exc:
         _fail(exc)
-    _run(create_app(cfg), host or cfg.host, port if port is not None else cfg.port, cfg)
+    if keying_processes is None:
+        keying_processes = 1 if (os.cpu_count() or 1) >= 2 else 0
+    _run(create_app(cfg, keying_processes=keying_processes), host or cfg.host, port if port is not None else cfg.port,
+         cfg)
 
 
 @app.command()

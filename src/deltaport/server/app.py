@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import os
@@ -29,6 +30,7 @@ from deltaport.delta import SnapshotCache
 from deltaport.errors import DeltaportError, InvalidParameter, PermissionDenied, ResourceNotFound
 from deltaport.server import errors
 from deltaport.server.config import ServerConfig
+from deltaport.server.file_keys import KeyingPool
 from deltaport.server.registry import SharedTable
 from deltaport.server.service import Reply, SharingService
 from deltaport.server.tokens import TokenCodec
@@ -45,12 +47,28 @@ def _reply(reply: Reply, head: bool = False) -> Response:
         media = reply.headers.pop("Content-Type", "application/x-ndjson; charset=utf-8")
         if isinstance(reply.stream, list):  # small and complete (e.g. /metadata): no streaming machinery
             return Response(b"".join(reply.stream), status_code=reply.status, headers=reply.headers, media_type=media)
-        return StreamingResponse(iterate_in_threadpool(reply.stream), status_code=reply.status,
-                                 headers=reply.headers, media_type=media)
+        return StreamingResponse(_pieces(reply.stream), status_code=reply.status, headers=reply.headers,
+                                 media_type=media)
     if reply.json is not None:
         return JSONResponse(reply.json, status_code=reply.status, headers=reply.headers,
                             media_type="application/json; charset=utf-8")
     return Response(status_code=reply.status, headers=reply.headers)
+
+
+#: Largest piece handed to the server at once: the socket takes it whole, where a bigger one would be
+#: copied into the transport's buffer first (a pass over the response, with the GIL held).
+_PIECE = 1 << 20
+
+
+async def _pieces(stream):
+    """The stream's chunks, built in the thread pool, sent in pieces of at most ``_PIECE`` bytes."""
+    async for chunk in iterate_in_threadpool(stream):
+        if len(chunk) <= _PIECE:
+            yield chunk
+            continue
+        view = memoryview(chunk)
+        for start in range(0, len(view), _PIECE):
+            yield view[start:start + _PIECE]
 
 
 def _declared_query_params(route) -> tuple[str, ...]:
@@ -174,8 +192,12 @@ class AccessLog:
 
 
 def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, clock: Callable[[], float] = time.time,
-               file_secret: bytes | None = None) -> FastAPI:
-    """The sharing server for ``config``. Secrets default to fresh random ones per process."""
+               file_secret: bytes | None = None, keying_processes: int = 0) -> FastAPI:
+    """The sharing server for ``config``. Secrets default to fresh random ones per process.
+
+    ``keying_processes`` worker processes hash file ids and sign URLs for large responses beside
+    the server process (started with the app, stopped with it); 0 keeps that work in-process.
+    """
     from deltaport.signing import LocalFileSigner, signer_for
 
     cache = cache or SnapshotCache()
@@ -191,9 +213,19 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
 
     verifier = LocalFileSigner(base_url="http://verifier" + prefix, table_key="-", access_key=access_key,
                                secret=file_secret)
-    service = SharingService(config, signer_factory=signer_factory, cache=cache, codec=codec, clock=clock)
+    keying = KeyingPool(keying_processes)
+    service = SharingService(config, signer_factory=signer_factory, cache=cache, codec=codec, clock=clock,
+                             keying=keying)
 
-    app = FastAPI(title="deltaport", version="0.1.0",
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        keying.start()
+        try:
+            yield
+        finally:
+            keying.close()
+
+    app = FastAPI(title="deltaport", version="0.1.0", lifespan=lifespan,
                   description="A Delta Sharing server: shares, schemas and tables over the Delta Sharing REST "
                               "protocol, for many recipients.")
     app.state.service = service

@@ -1,21 +1,21 @@
 """Parquet-format snapshot lines built columnar, for the server's own (locally served) files.
 
-A response is built chunk by chunk in a two-thread pipeline: one thread computes each chunk's file
-ids, canonical URIs and URL signatures (the Python-bound part: MD5 and HMAC per file), the other
-joins the previous chunk's lines with Arrow string kernels (which release the GIL), and the first
-bytes are sent as soon as the first chunk is ready. A whole-table read leaves the snapshot's ids
+A response is built chunk by chunk in a two-thread pipeline: one thread gets each chunk's file
+ids, canonical URIs and URL signatures (the Python-bound part: MD5 and HMAC per file, see
+file_keys), handing chunks to a keying worker process while it is free and doing the others
+itself; the other thread joins finished chunks' lines with Arrow string kernels (which release the
+GIL), and the first bytes are sent as soon as the first chunk is ready. A whole-table read leaves the snapshot's ids
 and URIs and the signing window's signatures cached, so a repeated read in the same one-minute
 window only joins. The bytes are the same as FileLineMaker's for the same URLs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import NamedTuple
-from urllib.parse import unquote
 
 import numpy as np
 import orjson
@@ -23,19 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaport.delta import Snapshot
-from deltaport.protocol.capabilities import PARQUET
-from deltaport.signing.local import LocalFileSigner
+from deltaport.server.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_files
 from deltaport.server.pipeline import pipelined
-from deltaport.signing.sigv4 import uri_encode_path
-
-try:  # CPython's own MD5/SHA-256 cost half of OpenSSL's per call on short inputs; same digests
-    from _md5 import md5 as _md5
-except ImportError:  # pragma: no cover - builds without the module
-    _md5 = hashlib.md5
-try:
-    from _sha256 import sha256 as _sha256_id
-except ImportError:  # pragma: no cover
-    _sha256_id = hashlib.sha256
+from deltaport.signing.local import LocalFileSigner
 
 WINDOW_SECONDS = 60  # URLs signed within one window are identical, so they can be reused
 
@@ -69,31 +59,39 @@ def _json_strings(values: pa.Array) -> pa.Array:
     return pc.fill_null(pc.binary_join_element_wise('"', escaped, '"', ""), "null")
 
 
-def _hash_function(id_hash: str):
-    if id_hash == PARQUET:
-        return _md5
-    return _sha256_id
-
-
 _ORDINARY_PATH = r"^[A-Za-z0-9._~/=-]*$"  # only '=' differs between the log's encoding and S3's
 
+#: Chunks a keying worker may hold at once (one being keyed, one waiting), and chunks keyed ahead.
+_WORKER_DEPTH = 2
+_AHEAD = 4
 
-def _ids_and_uris(paths: pa.Array, id_hash: str) -> tuple[pa.Array, pa.Array, list[bytes]]:
-    """Per path: the protocol's file id, and its S3 canonical URI relative to the table's prefix.
 
-    Ids are the MD5 (parquet) or SHA-256 (delta) hex of the path as written in the log. The URIs
-    come as an Arrow array (for the lines) and as a list (for signing); the paths are turned into
-    Python objects once for both.
-    """
-    raw = paths.cast(pa.binary()).to_pylist()
-    digest = _hash_function(id_hash)
-    ids = pa.array([digest(p).hexdigest() for p in raw], pa.string())
-    if len(paths) == 0 or pc.all(pc.match_substring_regex(paths, _ORDINARY_PATH)).as_py():
-        uris = [p.replace(b"=", b"%3D") for p in raw]
-        return ids, pc.replace_substring(paths, "=", "%3D").cast(pa.binary()), uris
-    uris = [uri_encode_path(unquote(p.decode())).encode() for p in raw]
-    return ids, pa.array(uris, pa.binary()), uris
+def _fixed_width(text: str, count: int, width: int) -> pa.Array:
+    """A string array of ``count`` values of ``width`` characters each, from their concatenation."""
+    offsets = np.arange(0, (count + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(text.encode())])
 
+
+def _packed(values: pa.Array) -> tuple[bytes, bytes]:
+    """A string or binary array's values as one buffer and int64 offsets from 0 (cheap to send)."""
+    wide = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64 if wide else np.int32, count=len(values) + 1,
+                            offset=values.offset * (8 if wide else 4)).astype(np.int64)
+    return _value_bytes(values).tobytes(), (offsets - offsets[0]).tobytes()
+
+
+class _Chunk:
+    """One chunk of a response on its way: its rows, and its keys or the worker's promise of them."""
+
+    __slots__ = ("rows", "ids", "uris", "sigs", "job", "keys")
+
+    def __init__(self, rows: pa.Table, ids, uris, sigs) -> None:
+        self.rows, self.ids, self.uris, self.sigs = rows, ids, uris, sigs
+        self.job: tuple | None = None  # (inputs, id kind, URI mode, batch signing): what is keyed
+        self.keys: FileKeys | Future | None = None
+
+    def waiting(self) -> bool:
+        return isinstance(self.keys, Future) and not self.keys.done()
 
 class PreparedFiles(NamedTuple):
     """What is cached per snapshot: file ids and encoded URL paths (the Python-loop parts)."""
@@ -126,7 +124,8 @@ def _static(files: pa.Table, ids: pa.Array) -> pa.Array:
 class ColumnarLines:
     """Caches of prepared files (per snapshot) and signatures (per window), bounded LRU."""
 
-    def __init__(self, max_prepared: int = 4, max_signed: int = 4) -> None:
+    def __init__(self, max_prepared: int = 4, max_signed: int = 4, *, pool: KeyingPool | None = None) -> None:
+        self.pool = pool
         self._prepared: OrderedDict = OrderedDict()
         self._signed: OrderedDict = OrderedDict()
         self._max_prepared, self._max_signed = max_prepared, max_signed
@@ -146,7 +145,8 @@ class ColumnarLines:
                 cache.popitem(last=False)
 
     def lines(self, snapshot: Snapshot, indices: pa.Array, signer: LocalFileSigner, *, expires_in: int, now: float,
-              id_hash: str, version: int | None = None, chunk: int = 32768) -> tuple[Iterator[bytes], int | None]:
+              id_hash: str, version: int | None = None,
+              chunk: int = 32768) -> tuple[Iterator[memoryview], int | None]:
         """File lines for ``indices`` and the URLs' expiry (ms), built and streamed chunk by chunk.
 
         Ids, URIs and signatures are computed per chunk in one thread while another joins the
@@ -159,7 +159,7 @@ class ColumnarLines:
         # lifetime by more than a quarter (then sign at now and reuse nothing)
         windowed = expires_in >= 4 * WINDOW_SECONDS
         window = int(now) - int(now) % WINDOW_SECONDS if windowed else int(now)
-        query, _, expiry = signer.presign_uris([], expires_in=expires_in, now=window)
+        query, batch, expiry = signer.batch_signing(expires_in=expires_in, now=window)
         prefix = signer.table_uri_prefix.encode()
         idx = pa.array(np.asarray(indices, dtype=np.int64))
         idx_np = np.asarray(idx)
@@ -170,27 +170,68 @@ class ColumnarLines:
         signed = self._peek(self._signed, signed_key) if windowed else None
         batches = snapshot.files().to_batches()
         bounds = np.cumsum([0] + [b.num_rows for b in batches])
+        pool = self.pool if self.pool is not None and len(idx) > chunk else None
+
+        def start(begin: int) -> _Chunk:
+            """A chunk with what the caches hold, and its keying begun (in the worker if it is free)."""
+            part = idx.slice(begin, chunk)
+            rows = _take_sorted(batches, bounds, idx_np[begin:begin + chunk])
+            if prepared is not None:
+                c = _Chunk(rows, prepared.ids.take(part), prepared.relative_uris.take(part), None)
+                inputs, mode, hash_kind = c.uris, AS_IS, None
+            else:
+                inputs = rows.column("path").combine_chunks()
+                ordinary = len(inputs) == 0 or pc.all(pc.match_substring_regex(inputs, _ORDINARY_PATH)).as_py()
+                uris = pc.replace_substring(inputs, "=", "%3D").cast(pa.binary()) if ordinary else None
+                c = _Chunk(rows, None, uris, None)
+                mode, hash_kind = (ORDINARY if ordinary else ENCODE), id_hash
+            if signed is not None:
+                c.sigs = signed.take(part)
+            if hash_kind is None and c.sigs is not None:
+                return c
+            c.job = (inputs, hash_kind, mode, batch if c.sigs is None else None)
+            if pool is not None and sum(map(_Chunk.waiting, pending)) < _WORKER_DEPTH:
+                c.keys = pool.submit(*_packed(inputs), id_hash=hash_kind, uri_mode=mode, batch=c.job[3])
+            if c.keys is None:
+                c.keys = _key_locally(*c.job)
+            return c
+
+        def finish(c: _Chunk) -> tuple:
+            if c.job is not None:
+                keys = c.keys
+                if isinstance(keys, Future):
+                    try:
+                        keys = keys.result()
+                    except Exception as exc:  # the worker died: key this chunk here
+                        pool.failed(exc)
+                        keys = _key_locally(*c.job)
+                n = c.rows.num_rows
+                if keys.ids is not None:
+                    c.ids = _fixed_width(keys.ids, n, len(keys.ids) // n if n else 0)
+                if keys.uris is not None:
+                    c.uris = pa.array(keys.uris, pa.binary())
+                if keys.signatures is not None:
+                    c.sigs = _fixed_width(keys.signatures, n, 64)
+            return c.rows, c.ids, c.uris, c.sigs
+
+        pending: deque[_Chunk] = deque()
 
         def keyed() -> Iterator[tuple]:
-            """Per chunk: its rows, ids, URIs and signatures (the Python-bound part)."""
+            """Chunks in order, keyed here or by the worker (the Python-bound part)."""
             ids_parts, uri_parts, sig_parts = [], [], []
-            for start in range(0, len(idx), chunk):
-                part = idx.slice(start, chunk)
-                rows = _take_sorted(batches, bounds, idx_np[start:start + chunk])
-                uri_list = None
-                if prepared is not None:
-                    ids, uris = prepared.ids.take(part), prepared.relative_uris.take(part)
-                else:
-                    ids, uris, uri_list = _ids_and_uris(rows.column("path").combine_chunks(), id_hash)
-                if signed is not None:
-                    sigs = signed.take(part)
-                else:
-                    uri_list = uris.to_pylist() if uri_list is None else uri_list
-                    _, signatures, _ = signer.presign_uris(uri_list, expires_in=expires_in, now=window)
-                    sigs = pa.array(signatures, pa.string())
+
+            def done(c: _Chunk) -> tuple:
+                item = finish(c)
                 if whole:
-                    ids_parts.append(ids), uri_parts.append(uris), sig_parts.append(sigs)
-                yield rows, ids, uris, sigs
+                    ids_parts.append(item[1]), uri_parts.append(item[2]), sig_parts.append(item[3])
+                return item
+
+            for begin in range(0, len(idx), chunk):
+                pending.append(start(begin))
+                while pending and (not pending[0].waiting() or len(pending) > _AHEAD):
+                    yield done(pending.popleft())
+            while pending:
+                yield done(pending.popleft())
             if whole and prepared is None:
                 self._put(self._prepared, prepared_key, self._max_prepared,
                           PreparedFiles(pa.concat_arrays(ids_parts), pa.concat_arrays(uri_parts)))
@@ -201,15 +242,19 @@ class ColumnarLines:
         mid = "?" + query + "&X-Amz-Signature="
         tail = f"{expiry}" + (f',"version":{version}' if version is not None else "") + "}}\n"
 
-        def joined(item: tuple) -> bytes:
+        def joined(item: tuple) -> memoryview:
             """One chunk's lines (the Arrow-bound part, which releases the GIL)."""
             rows, ids, uris, sigs = item
             lines = pc.binary_join_element_wise(head, uris.cast(pa.string()), mid, sigs, _static(rows, ids), tail, "")
-            return _buffer_bytes(lines)
+            return _buffer_view(lines)
 
         if len(idx) <= chunk:
             return map(joined, keyed()), expiry
         return pipelined(keyed(), joined), expiry
+
+
+def _key_locally(inputs: pa.Array, id_hash: str | None, mode: str, batch) -> FileKeys:
+    return key_files(inputs.cast(pa.binary()).to_pylist(), id_hash=id_hash, uri_mode=mode, batch=batch)
 
 
 def _take_sorted(batches: list[pa.RecordBatch], bounds: np.ndarray, idx: np.ndarray) -> pa.Table:
@@ -235,7 +280,11 @@ def _take_sorted(batches: list[pa.RecordBatch], bounds: np.ndarray, idx: np.ndar
     return pa.Table.from_batches(out, schema=batches[0].schema)
 
 
-def _buffer_bytes(lines: pa.Array) -> bytes:
-    """The concatenated values of a string array, as one bytes object."""
+def _buffer_view(lines: pa.Array) -> memoryview:
+    """The concatenated values of a string array, without copying them (the view keeps them alive).
+
+    The server sends memoryviews as they are; a copy into bytes would cost a pass over the whole
+    response with the GIL held.
+    """
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
-    return _value_bytes(lines).tobytes()
+    return memoryview(_value_bytes(lines))

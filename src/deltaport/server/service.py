@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-
-import pyarrow.compute as pc
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow.compute as pc
+
 from deltaport.delta import DeltaTable, Snapshot, SnapshotCache
 from deltaport.delta.history import parse_timestamp
+from deltaport.delta.replay import ABSOLUTE_PATH
 from deltaport.delta.scan import scan
 from deltaport.errors import DeltaportError, InvalidParameter, TimestampOutOfRange, UnsupportedOperation, public_message
 from deltaport.expressions import And
@@ -29,8 +30,9 @@ from deltaport.protocol.requests import (
 )
 from deltaport.server.config import ServerConfig
 from deltaport.server.registry import Principal, Registry, SharedTable
-from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.columnar_lines import ColumnarLines
+from deltaport.server.file_keys import KeyingPool
+from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.translate import FileLineMaker, choose_format, header_lines
 from deltaport.signing.local import LocalFileSigner
 
@@ -41,7 +43,7 @@ class Reply:
 
     headers: dict[str, str] = field(default_factory=dict)
     json: Any = None
-    stream: Iterator[bytes] | None = None
+    stream: Iterator[bytes | memoryview] | None = None
     status: int = 200
 
 
@@ -79,14 +81,15 @@ def _timestamp_ms(value: str, name: str) -> int:
 
 class SharingService:
     def __init__(self, config: ServerConfig, *, signer_factory: SignerFactory, cache: SnapshotCache,
-                 codec: TokenCodec, clock: Callable[[], float] = time.time) -> None:
+                 codec: TokenCodec, clock: Callable[[], float] = time.time,
+                 keying: KeyingPool | None = None) -> None:
         self.config = config
         self.cache = cache
         self.codec = codec
         self.clock = clock
         self.registry = Registry(config, codec)
         self.signer_factory = signer_factory
-        self.columnar = ColumnarLines()
+        self.columnar = ColumnarLines(pool=keying)
 
     def principal(self, authorization: str | None) -> Principal:
         return self.registry.authenticate(authorization, int(self.clock() * 1000))
@@ -461,7 +464,7 @@ def _check_paths_inside(snap: Snapshot) -> None:
     if snap.has_absolute_paths:
         paths = snap.live.column("path")
         root = snap.table_uri.rstrip("/") + "/"
-        outside = pc.and_(pc.match_substring(paths, "://"), pc.invert(pc.starts_with(paths, root)))
+        outside = pc.and_(pc.match_substring_regex(paths, ABSOLUTE_PATH), pc.invert(pc.starts_with(paths, root)))
         if pc.any(outside).as_py():
             raise UnsupportedOperation("Table contains absolute paths outside its root and cannot be shared")
     if snap.has_deletion_vectors:
@@ -485,7 +488,8 @@ def _empty_merge(change) -> bool:
     return all(str(m.get(k, "")) == "0" for k in keys)
 
 
-def _stream(head: list[bytes], files: Iterator[bytes], tail, end_stream: bool) -> Iterator[bytes]:
+def _stream(head: list[bytes], files: Iterator[bytes | memoryview], tail,
+            end_stream: bool) -> Iterator[bytes | memoryview]:
     yield b"".join(head)
     try:
         yield from files

@@ -105,6 +105,10 @@ class LocalFileSigner:
         return self._presigner.presign_batch(canonical_uris, expires_in=expires_in, now=now,
                                              prefix=self._table_prefix.encode())
 
+    def batch_signing(self, *, expires_in: int, now: float | None = None):
+        """The shared query string, a picklable BatchSigning for this table's relative URIs, and the expiry."""
+        return self._presigner.batch_signing(expires_in=expires_in, now=now, prefix=self._table_prefix.encode())
+
     def _lookup(self, access_key: str) -> bytes | None:
         if hmac.compare_digest(access_key.encode("utf-8"), self.access_key.encode("utf-8")):
             return self._secret

@@ -21,7 +21,8 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote, unquote, urlsplit
 
@@ -30,6 +31,7 @@ from deltaport.signing.base import MAX_EXPIRES_IN, check_expires_in
 
 __all__ = [
     "ALGORITHM",
+    "BatchSigning",
     "MAX_EXPIRES_IN",
     "UNSIGNED_PAYLOAD",
     "SigV4Presigner",
@@ -193,8 +195,14 @@ class SigV4Presigner:
         Returns the query string every URL shares (without ``X-Amz-Signature``), one signature per
         URI, and the expiry in ms; the URL of URI ``u`` is
         ``endpoint + prefix + u + "?" + query + "&X-Amz-Signature=" + signature``, byte-identical to
-        :meth:`presign_encoded` at the same instant. The constant parts are hashed once.
+        :meth:`presign_encoded` at the same instant.
         """
+        query, batch, expiry = self.batch_signing(expires_in=expires_in, now=now, prefix=prefix)
+        return query, batch.sign(canonical_uris), expiry
+
+    def batch_signing(self, *, expires_in: int, now: float | None = None,
+                      prefix: bytes = b"") -> tuple[str, BatchSigning, int]:
+        """The shared query string, a :class:`BatchSigning` for URIs under ``prefix``, and the expiry (ms)."""
         expires_in = check_expires_in(expires_in)
         seconds = int(time.time() if now is None else now)
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(seconds))
@@ -209,15 +217,36 @@ class SigV4Presigner:
             query = f"{params}&X-Amz-SignedHeaders=host{self._token_param}"
         else:
             canonical_query = query = f"{params}&X-Amz-SignedHeaders=host"
-        head = b"GET\n" + prefix  # every URI is prefix + u
-        tail = f"\n{canonical_query}\n{self._canonical_headers}".encode("utf-8")
-        sts_head = f"{ALGORITHM}\n{amz_date}\n{datestamp}{self._scope_tail}\n".encode("utf-8")
+        batch = BatchSigning(
+            head=b"GET\n" + prefix,  # every URI is prefix + u
+            tail=f"\n{canonical_query}\n{self._canonical_headers}".encode("utf-8"),
+            string_to_sign_head=f"{ALGORITHM}\n{amz_date}\n{datestamp}{self._scope_tail}\n".encode("utf-8"),
+            key=self.signing_key(datestamp),
+        )
+        return query, batch, (seconds + expires_in) * 1000
+
+
+@dataclass(frozen=True)
+class BatchSigning:
+    """Everything signing many URIs at one instant needs: plain bytes, so another process can sign.
+
+    ``key`` is the day's derived signing key (valid for one date, region and service), never the
+    secret itself.
+    """
+
+    head: bytes
+    tail: bytes
+    string_to_sign_head: bytes
+    key: bytes
+
+    def sign(self, canonical_uris: Iterable[bytes]) -> list[str]:
+        """One hex signature per URI, the constant parts hashed once."""
         # HMAC-SHA256 with the key's inner and outer states computed once (RFC 2104), not per URL
-        block = self.signing_key(datestamp).ljust(64, b"\0")
+        block = self.key.ljust(64, b"\0")
         inner = _sha256(bytes(b ^ 0x36 for b in block))
-        inner.update(sts_head)
+        inner.update(self.string_to_sign_head)
         outer = _sha256(bytes(b ^ 0x5C for b in block))
-        sha = _sha256
+        sha, head, tail = _sha256, self.head, self.tail
         signatures: list[str] = []
         append = signatures.append
         for u in canonical_uris:
@@ -226,7 +255,7 @@ class SigV4Presigner:
             o = outer.copy()
             o.update(i.digest())
             append(o.hexdigest())
-        return query, signatures, (seconds + expires_in) * 1000
+        return signatures
 
 
 # --- verification ---------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""File ids and URL signatures, in the server process and in a keying worker process."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import time
+
+import pyarrow as pa
+import pytest
+
+from conftest import TABLES
+
+from deltaport.delta import DeltaTable, SnapshotCache
+from deltaport.demo import build_demo_tables
+from deltaport.server.columnar_lines import ColumnarLines
+from deltaport.server.file_keys import AS_IS, ENCODE, ORDINARY, KeyingPool, key_files
+from deltaport.server.translate import FileLineMaker
+from deltaport.signing import LocalFileSigner
+
+NOW = 1_700_000_040.0  # the start of a signing window
+SIGNER = LocalFileSigner("http://127.0.0.1:9/delta-sharing", "k" * 24, "AK", b"s" * 32)
+
+
+def _running(pool: KeyingPool, timeout: float = 60) -> KeyingPool:
+    pool.start()
+    deadline = time.monotonic() + timeout
+    while not pool.running:
+        assert time.monotonic() < deadline, "the keying worker did not start"
+        time.sleep(0.05)
+    return pool
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = _running(KeyingPool(1))
+    yield p
+    p.close()
+
+
+def _row_lines(snap, id_hash="parquet", now=NOW) -> bytes:
+    maker = FileLineMaker(table_uri=snap.table_uri, signer=SIGNER, expires_in=900, fmt="parquet", id_hash=id_hash,
+                          now=now)
+    return b"".join(maker.snapshot_lines(snap, pa.array(range(snap.num_files), pa.int64())))
+
+
+def _lines(columnar: ColumnarLines, snap, id_hash="parquet", now=NOW, chunk=2) -> bytes:
+    chunks, _ = columnar.lines(snap, pa.array(range(snap.num_files), pa.int64()), SIGNER, expires_in=900, now=now,
+                               id_hash=id_hash, chunk=chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("id_hash", ["parquet", "delta"])
+def test_lines_keyed_by_the_worker_are_the_row_lines(pool, id_hash):
+    snap = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
+    before = pool.submitted
+    assert _lines(ColumnarLines(pool=pool), snap, id_hash) == _row_lines(snap, id_hash)
+    assert pool.submitted > before  # small chunks: some of them went to the worker
+
+
+def test_encoded_paths_keyed_by_the_worker(pool, tmp_path):
+    snap = DeltaTable(build_demo_tables(tmp_path)["sales"], cache=SnapshotCache()).snapshot()
+    assert snap.num_files > 2  # 'asia/pacific', 'north america': paths that need S3 encoding
+    before = pool.submitted
+    assert _lines(ColumnarLines(pool=pool), snap, chunk=1) == _row_lines(snap)
+    assert pool.submitted > before
+
+
+def test_a_new_signing_window_resigns_cached_uris_in_the_worker(pool):
+    snap = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
+    columnar = ColumnarLines(pool=pool)
+    assert _lines(columnar, snap) == _row_lines(snap)  # fills the snapshot's id and URI cache
+    before = pool.submitted
+    assert _lines(columnar, snap, now=NOW + 60) == _row_lines(snap, now=NOW + 60)
+    assert pool.submitted > before
+
+
+def test_a_dead_worker_costs_speed_not_the_response(caplog):
+    broken = _running(KeyingPool(1))
+    try:
+        for pid in broken.worker_pids():
+            os.kill(pid, signal.SIGKILL)
+        snap = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
+        with caplog.at_level(logging.WARNING, logger="deltaport.server.file_keys"):
+            assert _lines(ColumnarLines(pool=broken), snap) == _row_lines(snap)
+        assert not broken.running
+        assert "continuing in the server process" in caplog.text
+        assert _lines(ColumnarLines(pool=broken), snap) == _row_lines(snap)  # and after
+    finally:
+        broken.close()
+
+
+def test_no_processes_means_no_worker():
+    idle = KeyingPool(0)
+    idle.start()
+    assert not idle.running and idle.worker_pids() == []
+    assert idle.submit(b"a", b"", id_hash="parquet", uri_mode=ORDINARY, batch=None) is None
+    idle.close()
+
+
+def test_key_files_gives_log_path_digests_and_sigv4_signatures():
+    paths = [b"part=1/a.parquet", b"b%20c/d.parquet"]
+    query, batch, _ = SIGNER.batch_signing(expires_in=900, now=NOW)
+    md5 = key_files(paths, id_hash="parquet", uri_mode=ENCODE, batch=batch)
+    assert md5.ids == "".join(hashlib.md5(p).hexdigest() for p in paths)
+    assert md5.uris == [b"part%3D1/a.parquet", b"b%20c/d.parquet"]
+    for plain, i in (("part=1/a.parquet", 0), ("b c/d.parquet", 1)):
+        url = SIGNER.sign(plain, expires_in=900, now=NOW).url
+        assert url.endswith("?" + query + "&X-Amz-Signature=" + md5.signatures[64 * i:64 * (i + 1)])
+    sha = key_files(paths, id_hash="delta", uri_mode=ORDINARY, batch=None)
+    assert sha.ids == "".join(hashlib.sha256(p).hexdigest() for p in paths)
+    assert sha.signatures is None and sha.uris is None
+    again = key_files(md5.uris, id_hash=None, uri_mode=AS_IS, batch=batch)
+    assert again.ids is None and again.signatures == md5.signatures
