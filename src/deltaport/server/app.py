@@ -31,6 +31,7 @@ from deltaport.errors import DeltaportError, InvalidParameter, PermissionDenied,
 from deltaport.server import errors
 from deltaport.server.config import ServerConfig
 from deltaport.server.file_keys import KeyingPool
+from deltaport.server.hot_paths import HotTableCalls
 from deltaport.server.registry import SharedTable
 from deltaport.server.service import Reply, SharingService
 from deltaport.server.tokens import TokenCodec
@@ -192,11 +193,13 @@ class AccessLog:
 
 
 def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, clock: Callable[[], float] = time.time,
-               file_secret: bytes | None = None, keying_processes: int = 0) -> FastAPI:
+               file_secret: bytes | None = None, keying_processes: int = 0, hot_paths: bool = True) -> FastAPI:
     """The sharing server for ``config``. Secrets default to fresh random ones per process.
 
     ``keying_processes`` worker processes hash file ids and sign URLs for large responses beside
     the server process (started with the app, stopped with it); 0 keeps that work in-process.
+    ``hot_paths`` answers GET /version and /metadata without the framework's machinery (see
+    hot_paths.py); off, the routes answer them, with the same bytes.
     """
     from deltaport.signing import LocalFileSigner, signer_for
 
@@ -233,8 +236,6 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
     app.add_exception_handler(StarletteHTTPException, errors.http_error)
     app.add_exception_handler(RequestValidationError, errors.validation_error)
     app.add_exception_handler(Exception, errors.unexpected_error)
-
-    app.add_middleware(AccessLog)
 
     def who(authorization: Optional[str]):
         return service.principal(authorization)
@@ -279,11 +280,24 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
             return fn(*args)
         return await run_in_threadpool(fn, *args)
 
+    async def version_call(share: str, schema: str, table: str, query: dict, headers: dict) -> Response:
+        return _reply(await cheap(share, schema, table, service.table_version, who(headers.get("authorization")),
+                                  share, schema, table, query.get("startingTimestamp")))
+
+    async def metadata_call(share: str, schema: str, table: str, query: dict, headers: dict) -> Response:
+        return _reply(await cheap(share, schema, table, service.metadata, who(headers.get("authorization")), share,
+                                  schema, table, query.get("version"), query.get("timestamp"),
+                                  headers.get("delta-sharing-capabilities")))
+
+    if hot_paths:
+        app.add_middleware(HotTableCalls, prefix=prefix, handlers={"version": version_call, "metadata": metadata_call})
+    app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too
+
     @app.get(prefix + _T + "/version", tags=["tables"], dependencies=_QUERY_CHECK)
     async def table_version(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
                             authorization: Optional[str] = Header(None)):
-        return _reply(await cheap(share, schema, table, service.table_version, who(authorization), share, schema,
-                                  table, startingTimestamp))
+        return await version_call(share, schema, table, {"startingTimestamp": startingTimestamp},
+                                  {"authorization": authorization})
 
     @app.head(prefix + _T, tags=["tables"], dependencies=_QUERY_CHECK)
     async def table_version_head(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
@@ -295,8 +309,9 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
     async def metadata(share: str, schema: str, table: str, version: Optional[str] = None,
                        timestamp: Optional[str] = None, authorization: Optional[str] = Header(None),
                        delta_sharing_capabilities: Optional[str] = Header(None)):
-        return _reply(await cheap(share, schema, table, service.metadata, who(authorization), share, schema, table,
-                                  version, timestamp, delta_sharing_capabilities))
+        return await metadata_call(share, schema, table, {"version": version, "timestamp": timestamp},
+                                   {"authorization": authorization,
+                                    "delta-sharing-capabilities": delta_sharing_capabilities})
 
     @app.post(prefix + _T + "/query", tags=["tables"])
     async def query(share: str, schema: str, table: str, request: Request,

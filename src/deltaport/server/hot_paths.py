@@ -1,0 +1,75 @@
+"""The two calls clients poll, answered without the framework's routing and parameter machinery.
+
+``GET …/tables/{table}/version`` and ``GET …/tables/{table}/metadata`` are what readers ask most
+often (streaming readers poll the version), and on a cached table the framework's route matching
+and dependency solving cost more than the answer. This middleware matches those two paths itself
+and calls the same handlers the routes call. It only takes requests it reads exactly as the routes
+would: GET, no root path, known query parameters each given once with a value, single-valued
+headers. Anything else, including every malformed request, goes on to the routes, whose answers
+(and errors) are the reference; tests compare the two paths.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from deltaport.errors import DeltaportError
+from deltaport.server import errors
+
+#: A handler gets share, schema, table, the query parameters and the headers it names.
+Handler = Callable[[str, str, str, dict[str, str], dict[str, str]], Awaitable[Response]]
+
+#: Per last path segment: the query parameters the route declares, and the headers it reads.
+CALLS = {
+    "version": (("startingTimestamp",), ("authorization",)),
+    "metadata": (("version", "timestamp"), ("authorization", "delta-sharing-capabilities")),
+}
+
+
+class HotTableCalls:
+    """Pure ASGI middleware answering GET /version and /metadata of a table directly."""
+
+    def __init__(self, app, *, prefix: str, handlers: dict[str, Handler]) -> None:
+        self.app = app
+        self.handlers = handlers
+        self.pattern = re.compile(re.escape(prefix) + r"/shares/([^/]+)/schemas/([^/]+)/tables/([^/]+)/("
+                                  + "|".join(map(re.escape, handlers)) + r")")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
+            match = self.pattern.fullmatch(scope["path"])
+            if match is not None:
+                call = self._read(scope, match.group(4))
+                if call is not None:
+                    query, headers = call
+                    try:
+                        response = await self.handlers[match.group(4)](*match.group(1, 2, 3), query, headers)
+                    except DeltaportError as exc:
+                        response = await errors.deltaport_error(Request(scope), exc)
+                    return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _read(scope, name: str) -> tuple[dict[str, str], dict[str, str]] | None:
+        """The call's query parameters and headers, or None when the routes should read them."""
+        accepted, wanted = CALLS[name]
+        query: dict[str, str] = {}
+        raw = scope.get("query_string") or b""
+        if raw:
+            for key, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
+                if key not in accepted or key in query or not value:
+                    return None
+                query[key] = value
+        headers: dict[str, str] = {}
+        for key, value in scope["headers"]:
+            name_ = key.decode("latin-1").lower()
+            if name_ in wanted:
+                if name_ in headers:
+                    return None
+                headers[name_] = value.decode("latin-1")
+        return query, headers

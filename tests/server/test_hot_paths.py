@@ -1,0 +1,127 @@
+"""GET /version and /metadata answered by the hot-path middleware are the routes' answers, byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+import pytest
+
+from conftest import OTHER_TOKEN, TOKEN, corpus_config
+from servers import RunningServer
+
+from deltaport.server import create_app, parse_config
+from deltaport.server.hot_paths import HotTableCalls
+
+T = "/delta-sharing/shares/corpus/schemas/default/tables"
+ALICE = {"Authorization": f"Bearer {TOKEN}"}
+
+CASES = [
+    ("GET", f"{T}/partitioned/version", ALICE),
+    ("GET", f"{T}/cdf/version?startingTimestamp=2000-01-01T00:00:00Z", ALICE),
+    ("GET", f"{T}/cdf/version?startingTimestamp=not-a-time", ALICE),
+    ("GET", f"{T}/cdf/version?startingTimestamp=2999-01-01T00:00:00Z", ALICE),
+    ("GET", f"{T}/partitioned/metadata", ALICE),
+    ("GET", f"{T}/cdf/metadata?version=1", ALICE),
+    ("GET", f"{T}/cdf/metadata?version=abc", ALICE),
+    ("GET", f"{T}/cdf/metadata?version=-1", ALICE),
+    ("GET", f"{T}/cdf/metadata?version=99999", ALICE),
+    ("GET", f"{T}/cdf/metadata?timestamp=2000-01-01T00:00:00Z", ALICE),
+    ("GET", f"{T}/cdf/metadata?version=1&timestamp=2000-01-01T00:00:00Z", ALICE),
+    ("GET", f"{T}/nohistory/metadata?version=0", ALICE),
+    ("GET", f"{T}/cm_name/metadata", {**ALICE, "delta-sharing-capabilities": "responseformat=delta"}),
+    ("GET", f"{T}/dv/metadata", {**ALICE, "delta-sharing-capabilities": "responseformat=parquet,delta"}),
+    ("GET", f"{T}/dv/metadata", {**ALICE, "delta-sharing-capabilities": "responseformat=avro"}),
+    ("GET", f"{T}/broken/metadata", ALICE),
+    ("GET", f"{T}/broken/version", ALICE),
+    ("GET", f"{T}/missing/metadata", ALICE),
+    ("GET", f"{T}/part%69tioned/version", ALICE),  # percent-encoded name
+    ("GET", f"{T}/partitioned/metadata", {}),
+    ("GET", f"{T}/partitioned/metadata", {"Authorization": "Bearer wrong"}),
+    ("GET", f"{T}/partitioned/metadata", {"Authorization": f"Bearer {OTHER_TOKEN}"}),
+    ("GET", "/delta-sharing/shares/other/schemas/s/tables/t/version", {"Authorization": f"Bearer {OTHER_TOKEN}"}),
+    # passed on to the routes: their own answers either way
+    ("GET", f"{T}/cdf/metadata?versoin=1", ALICE),
+    ("GET", f"{T}/cdf/metadata?version=", ALICE),
+    ("GET", f"{T}/cdf/metadata?version=0&version=1", ALICE),
+    ("HEAD", f"{T}/partitioned/version", ALICE),
+    ("POST", f"{T}/partitioned/metadata", ALICE),
+]
+
+
+def _headers(response: httpx.Response) -> list:
+    return sorted((k, v) for k, v in response.headers.items() if k != "date")
+
+
+@pytest.fixture(scope="module")
+def clients():
+    config = parse_config(corpus_config())
+    secret = b"s" * 32
+    hot = create_app(config, file_secret=secret)
+    routed = create_app(config, file_secret=secret, hot_paths=False)
+    servers = RunningServer(hot), RunningServer(routed)
+    try:
+        with httpx.Client(base_url=servers[0].url) as a, httpx.Client(base_url=servers[1].url) as b:
+            yield a, b
+    finally:
+        for s in servers:
+            s.stop()
+
+
+@pytest.mark.parametrize("method, url, headers", CASES, ids=[f"{m} {u[len(T):] or u}" for m, u, _ in CASES])
+def test_hot_answers_are_the_routes_answers(clients, method, url, headers):
+    hot, routed = clients
+    for _ in range(2):  # cold, then with the snapshot cached (answered on the event loop)
+        a, b = hot.request(method, url, headers=headers), routed.request(method, url, headers=headers)
+        assert (a.status_code, a.content) == (b.status_code, b.content)
+        assert _headers(a) == _headers(b)
+    if a.status_code >= 400 and method != "HEAD":
+        assert set(a.json()) == {"errorCode", "message"}
+
+
+def _taken(method: str, path: str, query: bytes = b"", headers=()) -> bool:
+    """Whether the middleware answers the request itself (rather than passing it on)."""
+    passed = []
+
+    async def inner(scope, receive, send):
+        passed.append(scope)
+
+    async def handler(share, schema, table, q, h):
+        from starlette.responses import Response
+
+        return Response(b"")
+
+    app = HotTableCalls(inner, prefix="/p", handlers={"version": handler, "metadata": handler})
+    scope = {"type": "http", "method": method, "path": path, "query_string": query, "headers": list(headers),
+             "root_path": ""}
+
+    async def send(message):
+        pass
+
+    asyncio.run(app(scope, None, send))
+    return not passed
+
+
+def test_what_the_middleware_takes_and_what_it_passes_on():
+    auth = (b"authorization", b"Bearer x")
+    assert _taken("GET", "/p/shares/a/schemas/b/tables/c/version", headers=[auth])
+    assert _taken("GET", "/p/shares/a/schemas/b/tables/c/metadata", b"version=3", [auth])
+    assert _taken("GET", "/p/shares/a/schemas/b/tables/c/metadata", b"", [(b"delta-sharing-capabilities", b"x")])
+    assert not _taken("GET", "/p/shares/a/schemas/b/tables/c/metadata", b"versoin=3")
+    assert not _taken("GET", "/p/shares/a/schemas/b/tables/c/metadata", b"version=")
+    assert not _taken("GET", "/p/shares/a/schemas/b/tables/c/metadata", b"version=1&version=2")
+    assert not _taken("GET", "/p/shares/a/schemas/b/tables/c/version", b"version=1")
+    assert not _taken("GET", "/p/shares/a/schemas/b/tables/c/version", headers=[auth, auth])
+    assert not _taken("HEAD", "/p/shares/a/schemas/b/tables/c/version")
+    assert not _taken("GET", "/p/shares/a/schemas/b/tables/c/query")
+    assert not _taken("GET", "/p/shares/a/schemas/b/tables/c/d/version")
+    assert not _taken("GET", "/shares/a/schemas/b/tables/c/version")
+
+
+def test_hot_answers_are_in_the_access_log(clients, caplog):
+    hot, _ = clients
+    with caplog.at_level(logging.INFO, logger="deltaport.access"):
+        hot.get(f"{T}/partitioned/version", headers=ALICE)
+    assert f"GET {T}/partitioned/version 200" in caplog.text
+    assert TOKEN not in caplog.text
