@@ -92,6 +92,26 @@ def test_a_dead_worker_costs_speed_not_the_response(caplog):
         broken.close()
 
 
+def test_a_hung_worker_is_not_waited_for(monkeypatch):
+    from deltaport.server import columnar_lines
+
+    monkeypatch.setattr(columnar_lines, "_WORKER_TIMEOUT", 0.5)
+    hung = _running(KeyingPool(1))
+    pids = hung.worker_pids()
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        snap = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
+        started = time.monotonic()
+        assert _lines(ColumnarLines(pool=hung), snap) == _row_lines(snap)
+        assert time.monotonic() - started < 10
+        assert not hung.running
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        hung.close()
+
+
 def test_no_processes_means_no_worker():
     idle = KeyingPool(0)
     idle.start()

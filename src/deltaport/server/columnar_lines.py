@@ -64,6 +64,8 @@ _ORDINARY_PATH = r"^[A-Za-z0-9._~/=-]*$"  # only '=' differs between the log's e
 #: Chunks a keying worker may hold at once (one being keyed, one waiting), and chunks keyed ahead.
 _WORKER_DEPTH = 2
 _AHEAD = 4
+#: A chunk takes a worker well under a second; one that takes this long is keyed here instead.
+_WORKER_TIMEOUT = 30.0
 
 
 def _fixed_width(text: str, count: int, width: int) -> pa.Array:
@@ -201,8 +203,8 @@ class ColumnarLines:
                 keys = c.keys
                 if isinstance(keys, Future):
                     try:
-                        keys = keys.result()
-                    except Exception as exc:  # the worker died: key this chunk here
+                        keys = keys.result(timeout=_WORKER_TIMEOUT)
+                    except Exception as exc:  # the worker died or hangs: key this chunk here
                         pool.failed(exc)
                         keys = _key_locally(*c.job)
                 n = c.rows.num_rows
