@@ -75,3 +75,17 @@ def test_short_lifetimes_are_signed_at_now_not_at_the_window_start():
     _, expiry = ColumnarLines().lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=now,
                                       id_hash="parquet")
     assert int(now) * 1000 + 840_000 <= expiry <= int(now) * 1000 + 900_000
+
+
+@pytest.mark.parametrize("partition_by", [None, ["a"], ["a", "b"]])
+def test_written_tables_with_zero_one_and_two_partition_columns(tmp_path, partition_by):
+    from deltalake import write_deltalake
+
+    data = pa.table({"a": ["x", 'q"uote', None, "x"], "b": [1, 2, 3, None], "v": [1.5, 2.5, None, 4.0]})
+    write_deltalake(str(tmp_path / "t"), data, partition_by=partition_by)
+    snap = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache()).snapshot()
+    columnar, rows, _, _ = _both(snap)
+    assert columnar == rows
+    files = [orjson.loads(x)["file"] for x in columnar.splitlines()]
+    assert {f["partitionValues"].get("a") for f in files} == ({"x", 'q"uote', None} if partition_by else {None})
+    assert all(set(f["partitionValues"]) == set(partition_by or []) for f in files)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaport.delta import Snapshot
-from deltaport.server.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_files
+from deltaport.server.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_packed
 from deltaport.server.pipeline import pipelined
 from deltaport.signing.local import LocalFileSigner
 
@@ -102,15 +102,13 @@ class PreparedFiles(NamedTuple):
     relative_uris: pa.Array
 
 
-def _static(files: pa.Table, ids: pa.Array) -> pa.Array:
-    """``","id":…,"partitionValues":…,"size":…[,"stats":…],"expirationTimestamp":`` per file."""
+def _static_parts(files: pa.Table, ids: pa.Array) -> list:
+    """The pieces of ``","id":…,"partitionValues":{…},"size":…[,"stats":…],"expirationTimestamp":``
+    per file, to be joined once with the rest of the line (each nested join would copy them again)."""
+    parts: list = ['","id":"', ids, '","partitionValues":{']
     pv = files.column("partitionValues").combine_chunks()
-    if pv.type.num_fields:
-        parts = [pc.binary_join_element_wise(orjson.dumps(f.name).decode() + ":", _json_strings(pv.field(i)), "")
-                 for i, f in enumerate(pv.type)]
-        pv_json = pc.binary_join_element_wise("{", pc.binary_join_element_wise(*parts, ","), "}", "")
-    else:
-        pv_json = pa.scalar("{}")
+    for i, f in enumerate(pv.type):
+        parts += [("," if i else "") + orjson.dumps(f.name).decode() + ":", _json_strings(pv.field(i))]
     stats = files.column("stats").combine_chunks()
     stats_esc = _escape(stats)
     if stats_esc is None:
@@ -119,8 +117,7 @@ def _static(files: pa.Table, ids: pa.Array) -> pa.Array:
     else:
         stats_part = pc.binary_join_element_wise(',"stats":"', stats_esc, '"', "")
     size = pc.cast(files.column("size").combine_chunks(), pa.string())
-    return pc.binary_join_element_wise('","id":"', ids, '","partitionValues":', pv_json, ',"size":', size,
-                                       pc.fill_null(stats_part, ""), ',"expirationTimestamp":', "")
+    return parts + ['},"size":', size, pc.fill_null(stats_part, ""), ',"expirationTimestamp":']
 
 
 class ColumnarLines:
@@ -247,7 +244,8 @@ class ColumnarLines:
         def joined(item: tuple) -> memoryview:
             """One chunk's lines (the Arrow-bound part, which releases the GIL)."""
             rows, ids, uris, sigs = item
-            lines = pc.binary_join_element_wise(head, uris.cast(pa.string()), mid, sigs, _static(rows, ids), tail, "")
+            lines = pc.binary_join_element_wise(head, uris.cast(pa.string()), mid, sigs, *_static_parts(rows, ids),
+                                                tail, "")
             return _buffer_view(lines)
 
         if len(idx) <= chunk:
@@ -256,7 +254,7 @@ class ColumnarLines:
 
 
 def _key_locally(inputs: pa.Array, id_hash: str | None, mode: str, batch) -> FileKeys:
-    return key_files(inputs.cast(pa.binary()).to_pylist(), id_hash=id_hash, uri_mode=mode, batch=batch)
+    return key_packed(*_packed(inputs), id_hash, mode, batch)
 
 
 def _take_sorted(batches: list[pa.RecordBatch], bounds: np.ndarray, idx: np.ndarray) -> pa.Table:
