@@ -95,6 +95,7 @@ class _Chunk:
     def waiting(self) -> bool:
         return isinstance(self.keys, Future) and not self.keys.done()
 
+
 class PreparedFiles(NamedTuple):
     """What is cached per snapshot: file ids and encoded URL paths (the Python-loop parts)."""
 
