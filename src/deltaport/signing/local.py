@@ -96,17 +96,13 @@ class LocalFileSigner:
         """The encoded URL path every file URL of this table starts with (``/…/files/<key>/``)."""
         return self._table_prefix
 
-    def presign_uris(self, canonical_uris: list[bytes], *, expires_in: int, now: float | None = None):
-        """Batch-sign encoded file paths relative to :attr:`table_uri_prefix` (see SigV4Presigner.presign_batch).
-
-        The paths must already have passed :func:`check_relative_path` or be refused at
-        verification (which checks every path again after the signature).
-        """
-        return self._presigner.presign_batch(canonical_uris, expires_in=expires_in, now=now,
-                                             prefix=self._table_prefix.encode())
-
     def batch_signing(self, *, expires_in: int, now: float | None = None):
-        """The shared query string, a picklable BatchSigning for this table's relative URIs, and the expiry."""
+        """The shared query string, a picklable BatchSigning for this table's relative URIs, and the expiry
+        (see SigV4Presigner.batch_signing).
+
+        The URIs must already have passed :func:`check_relative_path` or be refused at verification
+        (which checks every path again after the signature).
+        """
         return self._presigner.batch_signing(expires_in=expires_in, now=now, prefix=self._table_prefix.encode())
 
     def _lookup(self, access_key: str) -> bytes | None:

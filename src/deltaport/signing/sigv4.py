@@ -188,21 +188,15 @@ class SigV4Presigner:
         return url, (seconds + expires_in) * 1000
 
 
-    def presign_batch(self, canonical_uris: list[bytes], *, expires_in: int, now: float | None = None,
-                      prefix: bytes = b"") -> tuple[str, list[str], int]:
-        """Presign many encoded canonical URIs at one instant (GET).
-
-        Returns the query string every URL shares (without ``X-Amz-Signature``), one signature per
-        URI, and the expiry in ms; the URL of URI ``u`` is
-        ``endpoint + prefix + u + "?" + query + "&X-Amz-Signature=" + signature``, byte-identical to
-        :meth:`presign_encoded` at the same instant.
-        """
-        query, batch, expiry = self.batch_signing(expires_in=expires_in, now=now, prefix=prefix)
-        return query, batch.sign(canonical_uris), expiry
-
     def batch_signing(self, *, expires_in: int, now: float | None = None,
                       prefix: bytes = b"") -> tuple[str, BatchSigning, int]:
-        """The shared query string, a :class:`BatchSigning` for URIs under ``prefix``, and the expiry (ms)."""
+        """Presign many encoded canonical URIs (GET) at one instant, the constant parts hashed once.
+
+        Returns the query string every URL shares (without ``X-Amz-Signature``), a
+        :class:`BatchSigning` for URIs under ``prefix``, and the expiry in ms. The URL of URI ``u``
+        is ``endpoint + prefix + u + "?" + query + "&X-Amz-Signature=" + signature``,
+        byte-identical to :meth:`presign_encoded` at the same instant.
+        """
         expires_in = check_expires_in(expires_in)
         seconds = int(time.time() if now is None else now)
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(seconds))
