@@ -20,6 +20,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import NamedTuple
 from urllib.parse import unquote
 
+from deltaport.protocol.capabilities import PARQUET
 from deltaport.signing.sigv4 import BatchSigning, uri_encode_path
 
 try:  # CPython's own MD5/SHA-256 cost half of OpenSSL's per call on short inputs; same digests
@@ -49,7 +50,7 @@ class FileKeys(NamedTuple):
 
 def digest_for(id_hash: str):
     """The hash constructor of a file-id kind: MD5 for ``parquet``, SHA-256 for ``delta``."""
-    return _md5 if id_hash == "parquet" else _sha256_id
+    return _md5 if id_hash == PARQUET else _sha256_id
 
 
 def key_files(paths: list[bytes], *, id_hash: str | None, uri_mode: str, batch: BatchSigning | None) -> FileKeys:

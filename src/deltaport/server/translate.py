@@ -6,7 +6,6 @@ signed as its line is made, and the earliest URL expiry is tracked for ``endStre
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from deltaport.dv import DeletionVectorDescriptor
 from deltaport.errors import UnsupportedOperation
 from deltaport.protocol import lines
 from deltaport.protocol.capabilities import DELTA, PARQUET, Capabilities
+from deltaport.server.file_keys import digest_for
 
 #: reader features a table may need, as (capability name, test on the table)
 _NEEDS = (
@@ -56,8 +56,7 @@ def choose_format(caps: Capabilities, config: TableConfig) -> str:
 
 
 def file_id(path: str, hash_name: str) -> str:
-    digest = hashlib.md5 if hash_name == PARQUET else hashlib.sha256
-    return digest(path.encode()).hexdigest()
+    return digest_for(hash_name)(path.encode()).hexdigest()
 
 
 def header_lines(config: TableConfig, fmt: str, *, history_shared: bool, version: int | None = None,
