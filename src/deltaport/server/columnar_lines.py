@@ -30,14 +30,18 @@ from deltaport.signing.local import LocalFileSigner
 WINDOW_SECONDS = 60  # URLs signed within one window are identical, so they can be reused
 
 
+def _offsets(values: pa.Array) -> np.ndarray:
+    """A string or binary array's value offsets (into its whole data buffer), ``len + 1`` of them."""
+    wide = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
+    return np.frombuffer(values.buffers()[1], dtype=np.int64 if wide else np.int32, count=len(values) + 1,
+                         offset=values.offset * (8 if wide else 4))
+
+
 def _value_bytes(values: pa.Array) -> np.ndarray:
     """The bytes of a string array's values (its data buffer between first and last offset)."""
     if len(values) == 0 or values.buffers()[2] is None:
         return np.empty(0, np.uint8)
-    wide = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
-    width = 8 if wide else 4
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64 if wide else np.int32, count=len(values) + 1,
-                            offset=values.offset * width)
+    offsets = _offsets(values)
     return np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
 
 
@@ -76,9 +80,7 @@ def _fixed_width(text: str, count: int, width: int) -> pa.Array:
 
 def _packed(values: pa.Array) -> tuple[bytes, bytes]:
     """A string or binary array's values as one buffer and int64 offsets from 0 (cheap to send)."""
-    wide = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64 if wide else np.int32, count=len(values) + 1,
-                            offset=values.offset * (8 if wide else 4)).astype(np.int64)
+    offsets = _offsets(values).astype(np.int64)
     return _value_bytes(values).tobytes(), (offsets - offsets[0]).tobytes()
 
 
@@ -182,7 +184,7 @@ class ColumnarLines:
             else:
                 inputs = rows.column("path").combine_chunks()
                 ordinary = len(inputs) == 0 or pc.all(pc.match_substring_regex(inputs, _ORDINARY_PATH)).as_py()
-                uris = pc.replace_substring(inputs, "=", "%3D").cast(pa.binary()) if ordinary else None
+                uris = pc.replace_substring(inputs, "=", "%3D") if ordinary else None
                 c = _Chunk(rows, None, uris, None)
                 mode, hash_kind = (ORDINARY if ordinary else ENCODE), id_hash
             if signed is not None:
@@ -209,7 +211,7 @@ class ColumnarLines:
                 if keys.ids is not None:
                     c.ids = _fixed_width(keys.ids, n, len(keys.ids) // n if n else 0)
                 if keys.uris is not None:
-                    c.uris = pa.array(keys.uris, pa.binary())
+                    c.uris = pa.array(keys.uris, pa.string())
                 if keys.signatures is not None:
                     c.sigs = _fixed_width(keys.signatures, n, 64)
             return c.rows, c.ids, c.uris, c.sigs
@@ -245,8 +247,7 @@ class ColumnarLines:
         def joined(item: tuple) -> memoryview:
             """One chunk's lines (the Arrow-bound part, which releases the GIL)."""
             rows, ids, uris, sigs = item
-            lines = pc.binary_join_element_wise(head, uris.cast(pa.string()), mid, sigs, *_static_parts(rows, ids),
-                                                tail, "")
+            lines = pc.binary_join_element_wise(head, uris, mid, sigs, *_static_parts(rows, ids), tail, "")
             return _buffer_view(lines)
 
         if len(idx) <= chunk:
