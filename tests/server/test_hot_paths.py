@@ -92,7 +92,9 @@ def _taken(method: str, path: str, query: bytes = b"", headers=()) -> bool:
 
         return Response(b"")
 
-    app = HotTableCalls(inner, prefix="/p", handlers={"version": handler, "metadata": handler})
+    app = HotTableCalls(inner, prefix="/p", calls={
+        "version": (handler, ("startingTimestamp",), ("authorization",)),
+        "metadata": (handler, ("version", "timestamp"), ("authorization", "delta-sharing-capabilities"))})
     scope = {"type": "http", "method": method, "path": path, "query_string": query, "headers": list(headers),
              "root_path": ""}
 
@@ -117,6 +119,15 @@ def test_what_the_middleware_takes_and_what_it_passes_on():
     assert not _taken("GET", "/p/shares/a/schemas/b/tables/c/query")
     assert not _taken("GET", "/p/shares/a/schemas/b/tables/c/d/version")
     assert not _taken("GET", "/shares/a/schemas/b/tables/c/version")
+
+
+def test_the_middleware_reads_what_the_routes_declare():
+    app = create_app(parse_config(corpus_config()))
+    hot = next(m for m in app.user_middleware if m.cls is HotTableCalls)
+    calls = hot.kwargs["calls"]
+    assert {name: call[1:] for name, call in calls.items()} == {
+        "version": (("startingTimestamp",), ("authorization",)),
+        "metadata": (("version", "timestamp"), ("authorization", "delta-sharing-capabilities"))}
 
 
 def test_hot_answers_are_in_the_access_log(clients, caplog):

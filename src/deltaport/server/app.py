@@ -72,21 +72,24 @@ async def _pieces(stream):
             yield view[start:start + _PIECE]
 
 
-def _declared_query_params(route) -> tuple[str, ...]:
-    """The query parameters a route declares (its own and its dependencies'), in signature order;
-    worked out once and kept on the route (routes are unhashable, and ids are reused once an app
-    is gone)."""
-    known = getattr(route, "_deltaport_query_params", None)
-    if known is not None:
-        return known
+def _declared_params(route, kind: str) -> tuple[str, ...]:
+    """The parameters of one kind (``query_params``, ``header_params``) a route declares, its own and
+    its dependencies', by alias in signature order."""
     names: list[str] = []
     stack = [route.dependant]
     while stack:
         dependant = stack.pop(0)
-        names.extend(f.alias for f in dependant.query_params)
+        names.extend(f.alias for f in getattr(dependant, kind))
         stack.extend(dependant.dependencies)
-    known = tuple(dict.fromkeys(names))
-    route._deltaport_query_params = known
+    return tuple(dict.fromkeys(names))
+
+
+def _declared_query_params(route) -> tuple[str, ...]:
+    """The query parameters a route declares; worked out once and kept on the route (routes are
+    unhashable, and ids are reused once an app is gone)."""
+    known = getattr(route, "_deltaport_query_params", None)
+    if known is None:
+        known = route._deltaport_query_params = _declared_params(route, "query_params")
     return known
 
 
@@ -289,9 +292,6 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
                                   schema, table, query.get("version"), query.get("timestamp"),
                                   headers.get("delta-sharing-capabilities")))
 
-    if hot_paths:
-        app.add_middleware(HotTableCalls, prefix=prefix, handlers={"version": version_call, "metadata": metadata_call})
-    app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too
 
     @app.get(prefix + _T + "/version", tags=["tables"], dependencies=_QUERY_CHECK)
     async def table_version(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
@@ -373,4 +373,13 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
             raise ResourceNotFound(f"file not found: {rel}")
         return _LargeChunkFileResponse(os.fspath(full), media_type="application/octet-stream", stat_result=info)
 
+    if hot_paths:  # the calls read exactly the parameters and headers their routes declare
+        hot = {"version": version_call, "metadata": metadata_call}
+        routes = {r.path.rsplit("/", 1)[-1]: r for r in app.routes
+                  if r.path in {prefix + _T + "/" + name for name in hot} and "GET" in r.methods}
+        app.add_middleware(HotTableCalls, prefix=prefix, calls={
+            name: (handler, _declared_query_params(routes[name]),
+                   tuple(h.lower() for h in _declared_params(routes[name], "header_params")))
+            for name, handler in hot.items()})
+    app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too
     return app

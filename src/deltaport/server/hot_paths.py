@@ -23,53 +23,50 @@ from deltaport.server import errors
 
 #: A handler gets share, schema, table, the query parameters and the headers it names.
 Handler = Callable[[str, str, str, dict[str, str], dict[str, str]], Awaitable[Response]]
-
-#: Per last path segment: the query parameters the route declares, and the headers it reads.
-CALLS = {
-    "version": (("startingTimestamp",), ("authorization",)),
-    "metadata": (("version", "timestamp"), ("authorization", "delta-sharing-capabilities")),
-}
+#: Per call (the last path segment): its handler, the query parameters its route declares, and the
+#: (lower-case) headers it reads.
+Call = tuple[Handler, tuple[str, ...], tuple[str, ...]]
 
 
 class HotTableCalls:
     """Pure ASGI middleware answering GET /version and /metadata of a table directly."""
 
-    def __init__(self, app, *, prefix: str, handlers: dict[str, Handler]) -> None:
+    def __init__(self, app, *, prefix: str, calls: dict[str, Call]) -> None:
         self.app = app
-        self.handlers = handlers
+        self.calls = calls
         self.pattern = re.compile(re.escape(prefix) + r"/shares/([^/]+)/schemas/([^/]+)/tables/([^/]+)/("
-                                  + "|".join(map(re.escape, handlers)) + r")")
+                                  + "|".join(map(re.escape, calls)) + r")")
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
             match = self.pattern.fullmatch(scope["path"])
             if match is not None:
-                call = self._read(scope, match.group(4))
+                handler, accepted, wanted = self.calls[match.group(4)]
+                call = _read(scope, accepted, wanted)
                 if call is not None:
                     query, headers = call
                     try:
-                        response = await self.handlers[match.group(4)](*match.group(1, 2, 3), query, headers)
+                        response = await handler(*match.group(1, 2, 3), query, headers)
                     except DeltaportError as exc:
                         response = await errors.deltaport_error(Request(scope), exc)
                     return await response(scope, receive, send)
         await self.app(scope, receive, send)
 
-    @staticmethod
-    def _read(scope, name: str) -> tuple[dict[str, str], dict[str, str]] | None:
-        """The call's query parameters and headers, or None when the routes should read them."""
-        accepted, wanted = CALLS[name]
-        query: dict[str, str] = {}
-        raw = scope.get("query_string") or b""
-        if raw:
-            for key, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
-                if key not in accepted or key in query or not value:
-                    return None
-                query[key] = value
-        headers: dict[str, str] = {}
-        for key, value in scope["headers"]:
-            name_ = key.decode("latin-1").lower()
-            if name_ in wanted:
-                if name_ in headers:
-                    return None
-                headers[name_] = value.decode("latin-1")
-        return query, headers
+
+def _read(scope, accepted: tuple[str, ...], wanted: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str]] | None:
+    """The call's query parameters and headers, or None when the routes should read them."""
+    query: dict[str, str] = {}
+    raw = scope.get("query_string") or b""
+    if raw:
+        for key, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
+            if key not in accepted or key in query or not value:
+                return None
+            query[key] = value
+    headers: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        name = key.decode("latin-1").lower()
+        if name in wanted:
+            if name in headers:
+                return None
+            headers[name] = value.decode("latin-1")
+    return query, headers
