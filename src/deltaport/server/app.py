@@ -283,9 +283,10 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
             return fn(*args)
         return await run_in_threadpool(fn, *args)
 
-    async def version_call(share: str, schema: str, table: str, query: dict, headers: dict) -> Response:
+    async def version_call(share: str, schema: str, table: str, query: dict, headers: dict,
+                           head: bool = False) -> Response:
         return _reply(await cheap(share, schema, table, service.table_version, who(headers.get("authorization")),
-                                  share, schema, table, query.get("startingTimestamp")))
+                                  share, schema, table, query.get("startingTimestamp")), head=head)
 
     async def metadata_call(share: str, schema: str, table: str, query: dict, headers: dict) -> Response:
         return _reply(await cheap(share, schema, table, service.metadata, who(headers.get("authorization")), share,
@@ -302,8 +303,8 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
     @app.head(prefix + _T, tags=["tables"], dependencies=_QUERY_CHECK)
     async def table_version_head(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
                                  authorization: Optional[str] = Header(None)):
-        return _reply(await cheap(share, schema, table, service.table_version, who(authorization), share, schema,
-                                  table, startingTimestamp), head=True)
+        return await version_call(share, schema, table, {"startingTimestamp": startingTimestamp},
+                                  {"authorization": authorization}, head=True)
 
     @app.get(prefix + _T + "/metadata", tags=["tables"], dependencies=_QUERY_CHECK)
     async def metadata(share: str, schema: str, table: str, version: Optional[str] = None,
