@@ -132,30 +132,26 @@ def _bool(options: Mapping[str, Any], name: str) -> bool:
     raise InvalidParameter(f"Invalid value '{value}' for option '{name}', must be 'true' or 'false'")
 
 
-def _non_negative_long(options: Mapping[str, Any], name: str) -> int | None:
+def _int_at_least(options: Mapping[str, Any], name: str, least: int, kind: str) -> int | None:
+    """An integer option no smaller than ``least``; anything else names the option and ``kind``."""
     value = _get(options, name)
     if value is None:
         return None
     try:
         number = int(value.strip())
     except ValueError:
-        number = -1
-    if number < 0:
-        raise InvalidParameter(f"Invalid value '{value}' for option '{name}', must be a non-negative long")
+        number = None
+    if number is None or number < least:
+        raise InvalidParameter(f"Invalid value '{value}' for option '{name}', must be {kind}")
     return number
+
+
+def _non_negative_long(options: Mapping[str, Any], name: str) -> int | None:
+    return _int_at_least(options, name, 0, "a non-negative long")
 
 
 def _positive_int(options: Mapping[str, Any], name: str) -> int | None:
-    value = _get(options, name)
-    if value is None:
-        return None
-    try:
-        number = int(value.strip())
-    except ValueError:
-        number = 0
-    if number <= 0:
-        raise InvalidParameter(f"Invalid value '{value}' for option '{name}', must be a positive integer")
-    return number
+    return _int_at_least(options, name, 1, "a positive integer")
 
 
 @dataclass(frozen=True)
