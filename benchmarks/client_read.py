@@ -24,12 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+
+from serve_process import ServeProcess
 
 HERE = Path(__file__).resolve().parent
 
@@ -119,40 +120,15 @@ def build_table(path: Path, files: int, gigabytes: float) -> int:
     return total
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(table: Path, workdir: Path) -> tuple[subprocess.Popen, str]:
-    import httpx
-    import yaml
-
-    port = free_port()
-    config = {"version": 1, "host": "127.0.0.1", "port": port, "preSignedUrlTimeoutSeconds": 3600,
-              "authorization": {"bearerToken": "bench-token"},
-              "shares": [{"name": "bench", "schemas": [
-                  {"name": "s", "tables": [{"name": "t", "location": str(table)}]}]}]}
-    cfg = workdir / "server.yaml"
-    cfg.write_text(yaml.safe_dump(config))
-    exe = Path(sys.executable).parent / "deltaport"
-    proc = subprocess.Popen([str(exe), "serve", "--config", str(cfg)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise SystemExit("deltaport serve did not start")
+def serve(table: Path, workdir: Path) -> tuple[ServeProcess, str]:
+    server = ServeProcess({"version": 1, "preSignedUrlTimeoutSeconds": 3600,
+                           "authorization": {"bearerToken": "bench-token"},
+                           "shares": [{"name": "bench", "schemas": [
+                               {"name": "s", "tables": [{"name": "t", "location": str(table)}]}]}]}, workdir)
     profile = workdir / "bench.share"
-    profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": f"http://127.0.0.1:{port}/delta-sharing",
+    profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": f"{server.base}/delta-sharing",
                                    "bearerToken": "bench-token"}))
-    return proc, f"{profile}#bench.s.t"
+    return server, f"{profile}#bench.s.t"
 
 
 def run(reader: str, url: str, table: Path) -> tuple[float, int]:
@@ -181,7 +157,7 @@ def main() -> None:
     print(f"table: {args.files} files, {size / 1e9:.2f} GB, {rows:,} rows (ready in {time.perf_counter() - t0:.1f} s)")
     for p in table.glob("*.parquet"):  # warm the page cache for every reader alike
         p.read_bytes()
-    proc, url = serve(table, workdir)
+    server, url = serve(table, workdir)
     readers = ("pyarrow", "deltaport", *(() if args.skip_official else ("official",)))
     times: dict[str, list[float]] = {r: [] for r in readers}
     try:
@@ -192,8 +168,7 @@ def main() -> None:
                     raise SystemExit(f"{reader} returned {n} rows, expected {rows}")
                 times[reader].append(seconds)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
     results = {}
     for reader in readers:
         best = min(times[reader])

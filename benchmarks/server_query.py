@@ -29,6 +29,8 @@ from pathlib import Path
 
 import httpx
 
+from serve_process import ServeProcess
+
 HERE = Path(__file__).resolve().parent
 SHARED = Path(os.environ.get("DELTAPORT_SHARED", HERE.parents[1] / "shared"))
 BIG_LOG = SHARED / "delta-tables" / "300k-add-files-100-col-partitioned"
@@ -42,57 +44,13 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "files": n}))
 """
 
 
-def free_port() -> int:
-    import socket
+class Server(ServeProcess):
+    """One share ``b.d`` of the given tables, without auth."""
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
     def __init__(self, tables: dict[str, str], workdir: Path, *args: str) -> None:
-        import yaml
-
-        self.port = free_port()
-        cfg = {"version": 1, "host": "127.0.0.1", "port": self.port, "shares": [{"name": "b", "schemas": [
-            {"name": "d", "tables": [{"name": n, "location": p} for n, p in tables.items()]}]}]}
-        path = workdir / f"bench-{self.port}.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        exe = Path(sys.executable).parent / "deltaport"
-        self.proc = subprocess.Popen([str(exe), "serve", "--config", str(path), *args], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        self.url = f"http://127.0.0.1:{self.port}/delta-sharing/shares/b/schemas/d/tables"
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1)
-                return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise SystemExit("server did not start")
-
-    def peak_rss_mb(self) -> float:
-        """Peak RSS of the server process plus that of its child processes (keying workers)."""
-        def hwm(pid: int) -> float:
-            try:
-                with open(f"/proc/{pid}/status") as fh:
-                    for line in fh:
-                        if line.startswith("VmHWM:"):
-                            return int(line.split()[1]) / 1024
-            except OSError:
-                pass
-            return 0.0
-
-        children = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
-                        children.append(int(entry.name))
-                except (OSError, IndexError, ValueError):
-                    continue
-        return hwm(self.proc.pid) + sum(hwm(c) for c in children)
+        super().__init__({"version": 1, "shares": [{"name": "b", "schemas": [
+            {"name": "d", "tables": [{"name": n, "location": p} for n, p in tables.items()]}]}]}, workdir, *args)
+        self.url = f"{self.base}/delta-sharing/shares/b/schemas/d/tables"
 
     def query(self, table: str) -> tuple[float, int]:
         t0 = time.perf_counter()
@@ -102,10 +60,6 @@ class Server:
             for chunk in r.iter_bytes():
                 lines += chunk.count(b"\n")
         return time.perf_counter() - t0, lines
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 def peer_seconds(path: Path) -> float:

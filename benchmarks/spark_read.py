@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -37,6 +35,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from serve_process import ServeProcess
 
 TARGET_RATIO = 1.5
 BYTES_PER_ROW = 14.75  # measured for this schema with snappy (random doubles dominate)
@@ -94,45 +94,15 @@ def build_table(path: Path, size_mb: int, files: int) -> dict:
     return info
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(ServeProcess):
     """``deltaport serve`` in its own process, sharing one table as ``b.d.t`` without auth."""
 
     def __init__(self, table: Path, workdir: Path) -> None:
-        import httpx
-        import yaml
-
-        self.port = free_port()
-        cfg = {"version": 1, "host": "127.0.0.1", "port": self.port, "preSignedUrlTimeoutSeconds": 3600,
-               "shares": [{"name": "b", "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}]}]}]}
-        config = workdir / "server.yaml"
-        config.write_text(yaml.safe_dump(cfg))
-        exe = Path(sys.executable).parent / "deltaport"
-        self.proc = subprocess.Popen([str(exe), "serve", "--config", str(config)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        super().__init__({"version": 1, "preSignedUrlTimeoutSeconds": 3600, "shares": [
+            {"name": "b", "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}]}]}]}, workdir)
         self.profile = workdir / "bench.share"
         self.profile.write_text(json.dumps({"shareCredentialsVersion": 1, "bearerToken": "unused",
-                                            "endpoint": f"http://127.0.0.1:{self.port}/delta-sharing"}))
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1)
-                return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        self.stop()
-        raise SystemExit("the sharing server did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+                                            "endpoint": f"{self.base}/delta-sharing"}))
 
 
 def register_local_readers(spark, files: list[str], partitions: int) -> None:
