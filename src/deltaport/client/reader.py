@@ -25,7 +25,7 @@ from deltaport.client.schema import CHANGE_COLUMNS, ColumnSpec, TableInfo, parse
 from deltaport.client.transport import file_http_client
 from deltaport.dv import DeletionVectorDescriptor, keep_mask, read_dv
 
-__all__ = ["read_file", "read_change_file", "download", "conform", "DEFAULT_DOWNLOAD_RETRY"]
+__all__ = ["read_file", "read_change_file", "download", "conform", "row_mask", "DEFAULT_DOWNLOAD_RETRY"]
 
 DEFAULT_DOWNLOAD_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
 _CHANGE_NAMES = tuple(name for name, _ in CHANGE_COLUMNS)
@@ -113,7 +113,7 @@ def _deleted_rows(dv: Mapping[str, Any] | None, http: httpx.Client, file_id: str
     return read_dv(descriptor, read_range)
 
 
-def _row_mask(action: FileAction, num_rows: int, http: httpx.Client) -> np.ndarray | None:
+def row_mask(action: FileAction, num_rows: int, http: httpx.Client) -> np.ndarray | None:
     """Rows to keep (None = all): not deleted by the file's DV, and for a paired change-feed
     action, deleted by the paired DV (the rows whose state changed in the commit)."""
     if not action.deletion_vector and not action.paired:
@@ -247,7 +247,7 @@ def _read(action: FileAction, table: TableInfo, columns: Sequence[str] | None, h
             raise FileDownloadError(f"file {action.id} is not a readable parquet file ({exc})", http_status=400,
                                     file_id=action.id) from None
         del data, pf
-        mask = _row_mask(action, num_rows, client)
+        mask = row_mask(action, num_rows, client)
     if mask is not None:
         if data_table is not None:
             data_table = data_table.filter(pa.array(mask))

@@ -19,7 +19,8 @@ from deltaport.errors import InvalidParameter
 if TYPE_CHECKING:
     from deltaport.spark.remote import RemoteTable
 
-__all__ = ["ReadOptions", "TableUrl", "parse_table_url", "parse_timestamp", "parse_size"]
+__all__ = ["ReadOptions", "StagingOptions", "TableUrl", "parse_table_url", "parse_timestamp", "parse_size",
+           "parse_duration", "check_option_names"]
 
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000
 DEFAULT_MAX_VERSIONS_PER_RPC = 100
@@ -270,3 +271,73 @@ class ReadOptions:
             raise InvalidParameter("Cannot time travel streams.")
         if self.ending_version is not None or self.ending_timestamp is not None:
             raise InvalidParameter("endingVersion and endingTimestamp are not supported for streaming reads.")
+
+
+# --- the native (staged) read ---------------------------------------------------------------------
+
+DEFAULT_CACHE_MAX_BYTES = 64 << 30
+DEFAULT_CACHE_MAX_AGE_SECONDS = 7 * 86400.0
+DEFAULT_CACHE_GRACE_SECONDS = 3600.0
+FETCH_MODES = ("auto", "driver", "spark")
+
+#: options of a batch read through :func:`deltaport.spark.read_table`
+BATCH_OPTIONS = ("versionAsOf", "timestampAsOf", "readChangeFeed", "readChangeData", "startingVersion",
+                 "endingVersion", "startingTimestamp", "endingTimestamp", "responseFormat", "jsonPredicateHints")
+STAGING_OPTIONS = ("stagingLocation", "stagingCacheSize", "stagingCacheMaxAge", "stagingCacheGrace", "stagingFetch",
+                   "stagingThreads")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.I)
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """Seconds from ``3600``, ``90s``, ``30m``, ``12h`` or ``7d``."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise InvalidParameter(f"Invalid value '{text}' for option '{option}', must be a duration like 12h or 7d")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+
+
+def check_option_names(options: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    """Refuse an option nobody reads, naming the closest known one."""
+    import difflib
+
+    by_lower = {name.lower(): name for name in known}
+    for key in options:
+        if key.lower() in by_lower:
+            continue
+        close = difflib.get_close_matches(key.lower(), list(by_lower), n=1)
+        hint = f"; did you mean '{by_lower[close[0]]}'?" if close else f"; known options: {', '.join(known)}"
+        raise InvalidParameter(f"unknown option '{key}'{hint}")
+
+
+@dataclass(frozen=True)
+class StagingOptions:
+    """Where and how shared files are staged for Spark's own parquet reader."""
+
+    location: str | None = None  # None: default_location() (a private local folder)
+    cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
+    cache_max_age_seconds: float = DEFAULT_CACHE_MAX_AGE_SECONDS
+    cache_grace_seconds: float = DEFAULT_CACHE_GRACE_SECONDS
+    fetch: str = "auto"  # "driver": threads on the driver; "spark": a Spark job; "auto": spark on a cluster
+    threads: int = 4
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> "StagingOptions":
+        size = _get(options, "stagingCacheSize")
+        age = _get(options, "stagingCacheMaxAge")
+        grace = _get(options, "stagingCacheGrace")
+        fetch = (_get(options, "stagingFetch") or "auto").strip().lower()
+        if fetch not in FETCH_MODES:
+            raise InvalidParameter(f"Invalid value '{fetch}' for option 'stagingFetch', must be one of "
+                                   f"{', '.join(FETCH_MODES)}")
+        return cls(
+            location=_get(options, "stagingLocation"),
+            cache_max_bytes=DEFAULT_CACHE_MAX_BYTES if size is None else parse_size(size, "stagingCacheSize"),
+            cache_max_age_seconds=(DEFAULT_CACHE_MAX_AGE_SECONDS if age is None
+                                   else parse_duration(age, "stagingCacheMaxAge")),
+            cache_grace_seconds=(DEFAULT_CACHE_GRACE_SECONDS if grace is None
+                                 else parse_duration(grace, "stagingCacheGrace")),
+            fetch=fetch,
+            threads=_positive_int(options, "stagingThreads") or 4,
+        )

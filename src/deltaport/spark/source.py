@@ -101,9 +101,10 @@ class DeltaSharingBatchReader(DataSourceReader):
         with self.remote.open() as session:
             result = getattr(session, kind)(**params)
         self._check_schema(result.table)
-        return list(planning.plan_partitions(result.files, result.table, max_partition_bytes=o.max_partition_bytes,
-                                             open_cost_bytes=o.open_cost_bytes,
-                                             refresh=Refresh(self.remote, kind, params)))
+        planned = planning.plan_partitions(result.files, result.table, max_partition_bytes=o.max_partition_bytes,
+                                           open_cost_bytes=o.open_cost_bytes, refresh=Refresh(self.remote, kind, params))
+        # Given no partition, Spark still calls read() once, with a partition of its own: give it an empty one.
+        return list(planned) or [planning.FilesPartition(0, (), result.table)]
 
     def _check_schema(self, table: Any) -> None:
         if self.options.read_change_feed:

@@ -83,21 +83,31 @@ def _load(schema: str | Mapping[str, Any]) -> Mapping[str, Any]:
     return orjson.loads(schema) if isinstance(schema, (str, bytes)) else schema
 
 
-def delta_to_spark(schema: str | Mapping[str, Any]) -> StructType:
+def delta_to_spark(schema: str | Mapping[str, Any], *, physical: bool = False) -> StructType:
     """A Delta schema string (or its parsed dict) as a Spark StructType, with logical names.
 
     Column-mapping metadata is dropped (names in the schema are already the logical ones); other
-    field metadata such as ``comment`` is kept.
+    field metadata such as ``comment`` is kept. With ``physical``, every field (nested ones too)
+    is named by its ``delta.columnMapping.physicalName`` where it has one: the names in the
+    table's parquet files.
     """
     parsed = _load(schema)
     if parsed.get("type") != "struct":
         raise UnsupportedOperation(f"a table schema must be a struct, not {parsed.get('type')!r}")
-    result = delta_type_to_spark(parsed)
+    result = delta_type_to_spark(parsed, physical=physical)
     assert isinstance(result, StructType)
     return result
 
 
-def delta_type_to_spark(t: Any) -> DataType:
+def _field_name(f: Mapping[str, Any], physical: bool) -> str:
+    if physical:
+        name = (f.get("metadata") or {}).get(PHYSICAL_NAME_KEY)
+        if isinstance(name, str) and name:
+            return name
+    return f["name"]
+
+
+def delta_type_to_spark(t: Any, *, physical: bool = False) -> DataType:
     if isinstance(t, str):
         lowered = t.strip().lower()
         if lowered in _PRIMITIVES:
@@ -111,15 +121,15 @@ def delta_type_to_spark(t: Any) -> DataType:
     kind = t.get("type")
     if kind == "struct":
         return StructType([
-            StructField(f["name"], delta_type_to_spark(f["type"]), bool(f.get("nullable", True)),
-                        _metadata(f.get("metadata")))
+            StructField(_field_name(f, physical), delta_type_to_spark(f["type"], physical=physical),
+                        bool(f.get("nullable", True)), _metadata(f.get("metadata")))
             for f in t.get("fields", [])
         ])
     if kind == "array":
-        return ArrayType(delta_type_to_spark(t["elementType"]), bool(t.get("containsNull", True)))
+        return ArrayType(delta_type_to_spark(t["elementType"], physical=physical), bool(t.get("containsNull", True)))
     if kind == "map":
-        return MapType(delta_type_to_spark(t["keyType"]), delta_type_to_spark(t["valueType"]),
-                       bool(t.get("valueContainsNull", True)))
+        return MapType(delta_type_to_spark(t["keyType"], physical=physical),
+                       delta_type_to_spark(t["valueType"], physical=physical), bool(t.get("valueContainsNull", True)))
     raise UnsupportedOperation(f"the Delta type {kind!r} cannot be read through the deltaSharing data source")
 
 
