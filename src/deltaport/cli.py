@@ -214,19 +214,18 @@ def _demo_spark_pipeline(profile: str) -> None:
     except ImportError:
         typer.echo("\n(PySpark is not installed: pip install 'deltaport[spark]' to run the Spark pipeline)")
         return
-    from deltaport.spark import register
+    from deltaport.spark import read_table
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     out = Path(profile).parent / "output"
-    typer.echo("\nPySpark pipeline (format deltaSharing, no JVM jar):")
+    staging = str(Path(profile).parent / "staging")
+    typer.echo(f"\nPySpark pipeline (files staged in {staging}, read by Spark's parquet reader, no JVM jar):")
     spark = (SparkSession.builder.master("local[2]").appName("deltaport-demo")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        register(spark)
-        sales = spark.read.format("deltaSharing").load(f"{profile}#demo.default.sales")
+        sales = read_table(spark, f"{profile}#demo.default.sales", stagingLocation=staging)
         by_region = (sales.where(F.col("amount").isNotNull())
                      .groupBy("region").agg(F.count("*").alias("orders"), F.round(F.sum("amount"), 2).alias("revenue"))
                      .orderBy(F.desc("revenue")))
@@ -234,8 +233,8 @@ def _demo_spark_pipeline(profile: str) -> None:
         typer.echo(f"sales by region -> {out / 'sales_by_region'}")
         for row in by_region.collect():
             typer.echo(f"  {row['region']:15s} {row['orders']:5d} orders  {row['revenue']:10.2f}")
-        feed = (spark.read.format("deltaSharing").option("readChangeFeed", "true").option("startingVersion", 1)
-                .load(f"{profile}#demo.default.events_cdf"))
+        feed = read_table(spark, f"{profile}#demo.default.events_cdf", stagingLocation=staging, readChangeFeed=True,
+                          startingVersion=1)
         summary = feed.groupBy("_commit_version", "_change_type").count().orderBy("_commit_version", "_change_type")
         summary.write.mode("overwrite").parquet(str(out / "events_changes"))
         typer.echo(f"events change feed by version -> {out / 'events_changes'}")

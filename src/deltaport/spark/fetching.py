@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -114,7 +114,7 @@ def _proxied(url: str) -> bool:
     return not urllib.request.proxy_bypass_environment(parts.hostname or "", proxies)
 
 
-def _copy_via_proxy(url: str, out: IO[bytes], file_id: str, timeout: float) -> int:
+def _copy_via_proxy(url: str, out: Any, file_id: str, timeout: float) -> int:
     written = 0
     try:
         with httpx.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
@@ -128,7 +128,7 @@ def _copy_via_proxy(url: str, out: IO[bytes], file_id: str, timeout: float) -> i
     return written
 
 
-def copy_url(url: str, out: IO[bytes], *, file_id: str, timeout: float = 300.0) -> int:
+def copy_url(url: str, out: Any, *, file_id: str, timeout: float = 300.0) -> int:
     """GET ``url`` into ``out``; returns the bytes written. Raises :class:`UrlExpired`,
     :class:`FileDownloadError` or ``_Transient`` (worth another attempt)."""
     if _proxied(url):
@@ -148,15 +148,12 @@ def copy_url(url: str, out: IO[bytes], *, file_id: str, timeout: float = 300.0) 
         while chunk := response.read(CHUNK):
             out.write(chunk)
             written += len(chunk)
+        if response.length:  # the peer closed before the length it announced
+            raise http.client.IncompleteRead(b"", response.length)
         if response.will_close:
             _drop_connection(scheme, parts.hostname or "", port)
         return written
-    except (http.client.HTTPException, ConnectionError, TimeoutError) as exc:
-        _drop_connection(scheme, parts.hostname or "", port)
-        raise _Transient(f"{type(exc).__name__}: {exc}") from exc
-    except OSError as exc:
-        if out.closed or getattr(exc, "filename", None):  # the cache, not the network
-            raise
+    except (http.client.HTTPException, OSError) as exc:  # the network: the cache's writes raise StagingError
         _drop_connection(scheme, parts.hostname or "", port)
         raise _Transient(f"{type(exc).__name__}: {exc}") from exc
 
@@ -181,7 +178,7 @@ def _widen(table: pa.Table, widened: tuple[tuple[str, pa.DataType], ...]) -> pa.
     return table
 
 
-def _rewrite(data: memoryview, task: StageTask, action: FileAction, http: httpx.Client, out: IO[bytes]) -> None:
+def _rewrite(data: memoryview, task: StageTask, action: FileAction, http: httpx.Client, out: Any) -> None:
     """The file without the rows its deletion vector deletes (or, for a paired change-feed action,
     only the rows whose deletion state changed) and with widened columns cast; schema metadata
     and field ids kept. A file that needs neither is written as it came."""
@@ -204,9 +201,9 @@ def _write_once(area: CacheArea, task: StageTask, action: FileAction, http: http
             got = copy_url(action.url, buffer, file_id=action.id)
             if got != action.size:
                 raise _size_error(action, got)
-            _rewrite(buffer.getbuffer(), task, action, http, write.file)
+            _rewrite(buffer.getbuffer(), task, action, http, write)
         else:
-            got = copy_url(action.url, write.file, file_id=action.id)
+            got = copy_url(action.url, write, file_id=action.id)
             if got != action.size:
                 raise _size_error(action, got)
     except BaseException:

@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import quote, unquote, urlsplit
 
 from deltaport.errors import DeltaportError
@@ -121,10 +121,10 @@ class CacheArea(Protocol):
 
 
 class AtomicWrite(Protocol):
-    """A writable file that appears at its place only on :meth:`commit`; ``abort`` leaves nothing."""
+    """A writable file that appears at its place only on :meth:`commit`; ``abort`` leaves nothing.
+    :meth:`write` raises :class:`StagingError` (one line naming the fix) when the location fails."""
 
-    file: IO[bytes]
-
+    def write(self, data: Any) -> int: ...
     def commit(self) -> None: ...
     def abort(self) -> None: ...
 
@@ -143,7 +143,7 @@ def _footer_ok(tail: bytes, size: int) -> bool:
 
 
 def _full(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def describe_os_error(exc: OSError, location: str) -> StagingError:
@@ -158,7 +158,20 @@ def describe_os_error(exc: OSError, location: str) -> StagingError:
                         "with the option stagingLocation")
 
 
-class _LocalWrite:
+class _Sink:
+    """The writable side of an :class:`AtomicWrite`: a failed write is a :class:`StagingError`."""
+
+    file: Any
+    area: Any
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as exc:
+            raise describe_os_error(exc, self.area.root) from None
+
+
+class _LocalWrite(_Sink):
     def __init__(self, area: "LocalArea", relpath: str) -> None:
         self.final = os.path.join(area.base, relpath)
         directory = os.path.dirname(self.final)
@@ -179,7 +192,10 @@ class _LocalWrite:
             raise describe_os_error(exc, self.area.root) from None
 
     def abort(self) -> None:
-        self.file.close()
+        try:
+            self.file.close()
+        except OSError:  # flushing into a full disk: the file goes anyway
+            pass
         try:
             os.unlink(self.tmp)
         except FileNotFoundError:
@@ -250,7 +266,7 @@ class LocalArea:
             pass
 
 
-class _ArrowWrite:
+class _ArrowWrite(_Sink):
     def __init__(self, area: "ArrowArea", relpath: str) -> None:
         self.area = area
         self.final = area.path(relpath)
@@ -317,7 +333,7 @@ class ArrowArea:
 
     def check_writable(self) -> None:
         probe = self.write(f"{_TMP_PREFIX}probe-{uuid.uuid4().hex}")
-        probe.file.write(b"")
+        probe.write(b"")
         probe.abort()
 
     def valid(self, relpath: str, size: int | None) -> bool:
