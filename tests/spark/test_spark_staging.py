@@ -51,6 +51,11 @@ def test_file_keys_tell_deletion_vectors_apart():
             file_key("f", 10, {**dv, "offset": 5}), file_key("f", 10, dv, None, True), file_key("f", 10, None, dv, True)}
     assert len(keys) == 7
     assert file_key("f", 10, dv) == file_key("f", 10, dict(dv))
+    signed = {"storageType": "p", "pathOrInlineDv": "https://h/t/dv.bin?X-Amz-Signature=1", "offset": 1,
+              "sizeInBytes": 4, "cardinality": 1}
+    resigned = {**signed, "pathOrInlineDv": "https://h/t/dv.bin?X-Amz-Signature=2"}
+    assert file_key("f", 10, signed) == file_key("f", 10, resigned)  # URLs are signed anew in every answer
+    assert file_key("f", 10, signed) != file_key("f", 10, {**signed, "pathOrInlineDv": "https://h/t/other.bin?x"})
     assert len({table_key("http://a/", "s.d.t", "1"), table_key("http://b", "s.d.t", "1"),
                 table_key("http://a", "s.d.u", "1"), table_key("http://a", "s.d.t", "2")}) == 4
     assert table_key("http://a/", "s.d.t", "1") == table_key("http://a", "s.d.t", "1")

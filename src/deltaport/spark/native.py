@@ -40,7 +40,7 @@ from deltaport.spark.options import (
     StagingOptions,
     check_option_names,
 )
-from deltaport.spark.remote import Refresh
+from deltaport.spark.remote import Refresh, batch_request
 from deltaport.spark.staging import (
     CacheArea,
     LocalArea,
@@ -84,16 +84,8 @@ class _Plan:
 
 def _plan(read: ReadOptions, json_hints: str | None) -> _Plan:
     remote = read.remote
+    kind, params = batch_request(read, json_hints)
     with remote.open() as session:
-        if read.read_change_feed:
-            kind = "changes"
-            params: dict[str, Any] = {"starting_version": read.starting_version, "ending_version": read.ending_version,
-                                      "starting_timestamp": read.starting_timestamp,
-                                      "ending_timestamp": read.ending_timestamp}
-        else:
-            kind = "snapshot"
-            params = {"version": read.version_as_of, "timestamp": read.timestamp_as_of,
-                      "json_predicate_hints": json_hints}
         result = getattr(session, kind)(**params)
         endpoint = session.client.endpoint
     return _Plan(result.table, list(result.files), read.read_change_feed, endpoint, Refresh(remote, kind, params))

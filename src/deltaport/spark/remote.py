@@ -23,7 +23,7 @@ from deltaport.client.rest import AUTO, ChangesOptions, QueryOptions, RestClient
 from deltaport.client.schema import TableInfo
 from deltaport.spark.options import TableUrl
 
-__all__ = ["Files", "Refresh", "RemoteTable", "Session", "file_http_client", "read_file"]
+__all__ = ["Files", "Refresh", "RemoteTable", "Session", "batch_request", "file_http_client", "read_file"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,17 @@ class Refresh:
     def fetch(self) -> list[Any]:
         with self.remote.open() as session:
             return list(getattr(session, self.kind)(**self.params).files)
+
+
+def batch_request(options: Any, json_predicate_hints: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The :class:`Session` call a batch read makes (``changes`` or ``snapshot``) and its arguments,
+    from :class:`~deltaport.spark.options.ReadOptions`."""
+    if options.read_change_feed:
+        return "changes", {"starting_version": options.starting_version, "ending_version": options.ending_version,
+                           "starting_timestamp": options.starting_timestamp,
+                           "ending_timestamp": options.ending_timestamp}
+    return "snapshot", {"version": options.version_as_of, "timestamp": options.timestamp_as_of,
+                        "json_predicate_hints": json_predicate_hints}
 
 
 def _match(action: Any, candidates: Sequence[Any]) -> Any | None:

@@ -12,7 +12,7 @@ from deltaport.errors import InvalidParameter
 from deltaport.spark import planning
 from deltaport.spark.filters import filters_to_json_hint
 from deltaport.spark.options import ReadOptions
-from deltaport.spark.remote import Refresh
+from deltaport.spark.remote import Refresh, batch_request
 from deltaport.spark.streaming import DeltaSharingStreamReader
 from deltaport.spark.types import arrow_schema, delta_to_spark, with_cdf_columns
 
@@ -89,15 +89,7 @@ class DeltaSharingBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         o = self.options
-        if o.read_change_feed:
-            kind = "changes"
-            params: dict[str, Any] = {"starting_version": o.starting_version, "ending_version": o.ending_version,
-                                      "starting_timestamp": o.starting_timestamp,
-                                      "ending_timestamp": o.ending_timestamp}
-        else:
-            kind = "snapshot"
-            params = {"version": o.version_as_of, "timestamp": o.timestamp_as_of,
-                      "json_predicate_hints": self.json_predicate_hints}
+        kind, params = batch_request(o, self.json_predicate_hints)
         with self.remote.open() as session:
             result = getattr(session, kind)(**params)
         self._check_schema(result.table)

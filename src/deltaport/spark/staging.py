@@ -67,10 +67,15 @@ def table_key(endpoint: str, name: str, table_id: str | None) -> str:
 
 
 def _dv_identity(dv: Mapping[str, Any] | None) -> str:
+    """What names a deletion vector across responses: a presigned (``p``) DV's URL is signed anew
+    in every answer, so only its location counts, not its query string."""
     if not dv:
         return ""
-    return _digest(dv.get("storageType"), dv.get("pathOrInlineDv"), dv.get("offset"), dv.get("sizeInBytes"),
-                   dv.get("cardinality"), length=32)
+    where = str(dv.get("pathOrInlineDv") or "")
+    if dv.get("storageType") == "p":
+        where = where.split("?", 1)[0]
+    return _digest(dv.get("storageType"), where, dv.get("offset"), dv.get("sizeInBytes"), dv.get("cardinality"),
+                   length=32)
 
 
 def file_key(file_id: str, size: int, dv: Mapping[str, Any] | None = None,
