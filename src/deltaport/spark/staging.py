@@ -28,7 +28,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -163,8 +162,10 @@ def describe_os_error(exc: OSError, location: str) -> StagingError:
                         "with the option stagingLocation")
 
 
-class _Sink:
-    """The writable side of an :class:`AtomicWrite`: a failed write is a :class:`StagingError`."""
+class _AtomicFile:
+    """An :class:`AtomicWrite`: subclasses open ``file`` and say how the finished file takes its
+    place (``_publish``) and how an unfinished one goes (``_discard``). A failed write or publish
+    is a :class:`StagingError`; an abort never raises."""
 
     file: Any
     area: Any
@@ -175,8 +176,32 @@ class _Sink:
         except OSError as exc:
             raise describe_os_error(exc, self.area.root) from None
 
+    def commit(self) -> None:
+        try:
+            self.file.close()
+            self._publish()
+        except OSError as exc:
+            self.abort()
+            raise describe_os_error(exc, self.area.root) from None
 
-class _LocalWrite(_Sink):
+    def abort(self) -> None:
+        try:
+            self.file.close()
+        except OSError:  # flushing into a full disk: the file goes anyway
+            pass
+        try:
+            self._discard()
+        except OSError:
+            pass
+
+    def _publish(self) -> None:
+        raise NotImplementedError
+
+    def _discard(self) -> None:
+        raise NotImplementedError
+
+
+class _LocalWrite(_AtomicFile):
     def __init__(self, area: "LocalArea", relpath: str) -> None:
         self.final = os.path.join(area.base, relpath)
         directory = os.path.dirname(self.final)
@@ -188,23 +213,11 @@ class _LocalWrite(_Sink):
             raise describe_os_error(exc, area.root) from None
         self.area = area
 
-    def commit(self) -> None:
-        try:
-            self.file.close()
-            os.replace(self.tmp, self.final)
-        except OSError as exc:
-            self.abort()
-            raise describe_os_error(exc, self.area.root) from None
+    def _publish(self) -> None:
+        os.replace(self.tmp, self.final)
 
-    def abort(self) -> None:
-        try:
-            self.file.close()
-        except OSError:  # flushing into a full disk: the file goes anyway
-            pass
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass
+    def _discard(self) -> None:
+        os.unlink(self.tmp)
 
 
 class LocalArea:
@@ -271,7 +284,7 @@ class LocalArea:
             pass
 
 
-class _ArrowWrite(_Sink):
+class _ArrowWrite(_AtomicFile):
     def __init__(self, area: "ArrowArea", relpath: str) -> None:
         self.area = area
         self.final = area.path(relpath)
@@ -282,24 +295,12 @@ class _ArrowWrite(_Sink):
         except OSError as exc:
             raise describe_os_error(exc, area.root) from None
 
-    def commit(self) -> None:
-        try:
-            self.file.close()
-            if self.tmp != self.final:
-                self.area.fs.move(self.tmp, self.final)
-        except OSError as exc:
-            self.abort()
-            raise describe_os_error(exc, self.area.root) from None
+    def _publish(self) -> None:
+        if self.tmp != self.final:
+            self.area.fs.move(self.tmp, self.final)
 
-    def abort(self) -> None:
-        try:
-            self.file.close()
-        except OSError:
-            pass
-        try:
-            self.area.fs.delete_file(self.tmp)
-        except OSError:
-            pass
+    def _discard(self) -> None:
+        self.area.fs.delete_file(self.tmp)
 
 
 # Spark's names of file systems, and pyarrow's.
@@ -433,13 +434,3 @@ def evict(area: CacheArea, *, max_bytes: int, max_age_seconds: float, grace_seco
         removed += 1
         removed_bytes += entry.size
     return Eviction(removed, removed_bytes, total)
-
-
-def free_bytes(area: CacheArea) -> int | None:
-    """Free space where a local cache lives (None for other file systems)."""
-    if isinstance(area, LocalArea):
-        try:
-            return shutil.disk_usage(area.root).free
-        except OSError:
-            return None
-    return None
