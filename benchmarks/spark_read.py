@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -220,6 +221,7 @@ def main() -> None:
     args = parser.parse_args()
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import deltaport too
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     table = workdir / f"table-{args.size_mb}mb-{args.files}"
