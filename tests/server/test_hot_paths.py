@@ -72,7 +72,7 @@ def clients():
 @pytest.mark.parametrize("method, url, headers", CASES, ids=[f"{m} {u[len(T):] or u}" for m, u, _ in CASES])
 def test_hot_answers_are_the_routes_answers(clients, method, url, headers):
     hot, routed = clients
-    for _ in range(2):  # cold, then with the snapshot cached (answered on the event loop)
+    for _ in range(2):  # cold, then with the snapshot cached
         a, b = hot.request(method, url, headers=headers), routed.request(method, url, headers=headers)
         assert (a.status_code, a.content) == (b.status_code, b.content)
         assert _headers(a) == _headers(b)

@@ -274,24 +274,15 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
                         authorization: Optional[str] = Header(None)):
         return _reply(service.list_all_tables(who(authorization), share, maxResults, pageToken))
 
-    async def cheap(share: str, schema: str, table: str, fn, *args):
-        """Run a small table call on the event loop when the table is local and its latest snapshot is
-        cached (a directory listing of microseconds); otherwise in the thread pool (object-store
-        listings and snapshot loads block)."""
-        st = service.registry.table_if_exists(share, schema, table)
-        if st is not None and st.is_local_and_warm(cache):
-            return fn(*args)
-        return await run_in_threadpool(fn, *args)
-
     async def version_call(share: str, schema: str, table: str, query: dict, headers: dict,
                            head: bool = False) -> Response:
-        return _reply(await cheap(share, schema, table, service.table_version, who(headers.get("authorization")),
-                                  share, schema, table, query.get("startingTimestamp")), head=head)
+        return _reply(await run_in_threadpool(service.table_version, who(headers.get("authorization")),
+                                              share, schema, table, query.get("startingTimestamp")), head=head)
 
     async def metadata_call(share: str, schema: str, table: str, query: dict, headers: dict) -> Response:
-        return _reply(await cheap(share, schema, table, service.metadata, who(headers.get("authorization")), share,
-                                  schema, table, query.get("version"), query.get("timestamp"),
-                                  headers.get("delta-sharing-capabilities")))
+        return _reply(await run_in_threadpool(service.metadata, who(headers.get("authorization")), share, schema,
+                                              table, query.get("version"), query.get("timestamp"),
+                                              headers.get("delta-sharing-capabilities")))
 
 
     @app.get(prefix + _T + "/version", tags=["tables"], dependencies=_QUERY_CHECK)

@@ -41,15 +41,6 @@ class SharedTable:
     def full_name(self) -> str:
         return f"{self.share.name}.{self.schema.name}.{self.config.name}"
 
-    def is_local_and_warm(self, cache: SnapshotCache) -> bool:
-        """Local files and a cached latest snapshot: a version check costs one directory listing."""
-        dt = self._delta
-        if dt is None or getattr(dt.store, "local_path", None) is None:
-            return False
-        listing = dt.listed
-        return listing is not None and listing.latest_commit is not None \
-            and cache.get(dt.uri, listing.latest_commit) is not None
-
     def delta(self, cache: SnapshotCache) -> DeltaTable:
         with self._lock:
             if self._delta is None:
@@ -124,10 +115,6 @@ class Registry:
             raise ResourceNotFound(f"[Share/Schema/Table] '{share}/{schema}/{table}' does not exist, "
                                    "please contact your share provider for further information.")
         return st
-
-    def table_if_exists(self, share: str, schema: str, table: str) -> SharedTable | None:
-        """The table by name, without grant checks (only to pick an execution strategy)."""
-        return self._tables.get((share.lower(), schema.lower(), table.lower()))
 
     def by_key(self, key: str) -> SharedTable | None:
         return self._by_key.get(key)
