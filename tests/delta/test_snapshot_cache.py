@@ -178,3 +178,37 @@ def test_partitioning_change_rebuilds(tmp_path, partition_change):
     snap = table.snapshot()
     assert [a["path"] for a in snap.add_actions()] == ["n0"]
     assert snap.partition_columns == []
+
+
+def _add_with_stats(name: str, low: int) -> dict:
+    stats = {"numRecords": 10, "minValues": {"x": low}, "maxValues": {"x": low + 9}, "nullCount": {"x": 0}}
+    return {"add": {"path": name, "partitionValues": {"p": "a"}, "size": 1, "modificationTime": 1,
+                    "dataChange": True, "stats": orjson.dumps(stats).decode()}}
+
+
+def test_stats_parsed_by_a_scan_count_in_the_bound_and_go_with_their_snapshot(tmp_path):
+    """Parsed stats live with their snapshot: an evicted snapshot is freed with them, and what a
+    cached snapshot derived counts in the cache's bytes."""
+    import gc
+    import weakref
+
+    from deltaport.delta.scan import scan
+    from deltaport.protocol.hints import parse_sql_predicates
+
+    _commit(tmp_path, 0, PROTOCOL, METADATA, *[_add_with_stats(f"f{i}", 10 * i) for i in range(2000)])
+    for v in range(1, 6):
+        _commit(tmp_path, v, _add_with_stats(f"g{v}", 0))
+    cache = SnapshotCache(max_entries=2)
+    table = DeltaTable(str(tmp_path), cache=cache)
+    predicate = parse_sql_predicates(["x > 19990"])
+    first = table.snapshot(0)
+    before = cache.bytes_held
+    assert len(scan(first, predicate).indices) == 1  # stats are read: only the last file can match
+    assert cache.bytes_held > before  # the parsed stats count
+    evicted = weakref.ref(first)
+    del first
+    for v in range(1, 6):
+        scan(table.snapshot(v), predicate)
+    gc.collect()
+    assert evicted() is None, "an evicted snapshot is still held (by its parsed stats?)"
+    assert len(cache) == 2

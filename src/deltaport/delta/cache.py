@@ -9,13 +9,17 @@ from deltaport.delta.snapshot import Snapshot
 
 
 class SnapshotCache:
-    """LRU keyed by (table URI, version), bounded by entry count and by Arrow bytes held."""
+    """LRU keyed by (table URI, version), bounded by entry count and by Arrow bytes held.
+
+    A snapshot's bytes include what was derived from it after it was cached (parsed stats,
+    prepared file ids), so they are counted afresh at each ``put``: nothing else holds a
+    snapshot, and an evicted one is freed with everything derived from it.
+    """
 
     def __init__(self, max_entries: int = 64, max_bytes: int = 2 << 30) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
-        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, table_uri: str, version: int) -> Snapshot | None:
@@ -36,27 +40,25 @@ class SnapshotCache:
 
     def put(self, snap: Snapshot) -> None:
         key = (snap.table_uri, snap.version)
-        size = snap.nbytes
         with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
+            self._items.pop(key, None)
             self._items[key] = snap
-            self._bytes += size
-            while self._items and (len(self._items) > self.max_entries or self._bytes > self.max_bytes):
-                if len(self._items) == 1:
-                    break  # always keep the newest, even when it alone is over budget
-                _, evicted = self._items.popitem(last=False)
-                self._bytes -= evicted.nbytes
+            sizes = {k: s.nbytes for k, s in self._items.items()}
+            total = sum(sizes.values())
+            while len(self._items) > 1 and (len(self._items) > self.max_entries or total > self.max_bytes):
+                # always keep the newest, even when it alone is over budget
+                evicted, _ = self._items.popitem(last=False)
+                total -= sizes[evicted]
 
     def invalidate(self, table_uri: str) -> None:
         with self._lock:
             for key in [k for k in self._items if k[0] == table_uri]:
-                self._bytes -= self._items.pop(key).nbytes
+                del self._items[key]
 
     def __len__(self) -> int:
         return len(self._items)
 
     @property
     def bytes_held(self) -> int:
-        return self._bytes
+        with self._lock:
+            return sum(s.nbytes for s in self._items.values())

@@ -11,7 +11,6 @@ fewer.
 from __future__ import annotations
 
 import io
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,10 +35,6 @@ _FINAL_TYPES = {
     "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(), "string": pa.string(),
     "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
 }
-
-_stats_lock = threading.Lock()
-_stats_cache: "dict[tuple[int, str], tuple[Snapshot, pa.Array | None]]" = {}
-
 
 @dataclass(frozen=True)
 class ScanResult:
@@ -69,12 +64,13 @@ def _stats_text(stats: pa.ChunkedArray) -> bytes:
 
 
 def parsed_stats(snapshot: Snapshot, physical_types: dict[str, str]) -> pa.StructArray | None:
-    """Stats of every live file as a struct (numRecords, minValues, maxValues, nullCount)."""
-    key = (id(snapshot), ",".join(sorted(f"{k}:{v}" for k, v in physical_types.items())))
-    with _stats_lock:
-        hit = _stats_cache.get(key)
-        if hit is not None and hit[0] is snapshot:
-            return hit[1]
+    """Stats of every live file as a struct (numRecords, minValues, maxValues, nullCount), parsed
+    once per snapshot and column set and kept with the snapshot; None when they cannot be read."""
+    key = ("parsed-stats", frozenset(physical_types.items()))
+    return snapshot.derived(key, lambda: (_parse_stats(snapshot, physical_types),))[0]
+
+
+def _parse_stats(snapshot: Snapshot, physical_types: dict[str, str]) -> pa.StructArray | None:
     cols = [(name, _STATS_JSON_TYPES[t]) for name, t in physical_types.items() if t in _STATS_JSON_TYPES]
     schema = pa.schema(
         [
@@ -84,7 +80,6 @@ def parsed_stats(snapshot: Snapshot, physical_types: dict[str, str]) -> pa.Struc
             ("nullCount", pa.struct([(name, pa.int64()) for name, _ in cols])),
         ]
     )
-    result: pa.StructArray | None
     text = _stats_text(snapshot.live.column("stats"))
     try:
         table = pj.read_json(
@@ -92,16 +87,10 @@ def parsed_stats(snapshot: Snapshot, physical_types: dict[str, str]) -> pa.Struc
             read_options=pj.ReadOptions(block_size=1 << 22),
             parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
         )
-        result = pa.StructArray.from_arrays([table.column(i).combine_chunks() for i in range(4)], names=schema.names)
-        if len(result) != snapshot.num_files:
-            result = None
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        result = None  # stats we cannot read: no stats skipping, every file is kept
-    with _stats_lock:
-        if len(_stats_cache) > 64:
-            _stats_cache.clear()
-        _stats_cache[key] = (snapshot, result)
-    return result
+        return None  # stats we cannot read: no stats skipping, every file is kept
+    result = pa.StructArray.from_arrays([table.column(i).combine_chunks() for i in range(4)], names=schema.names)
+    return result if len(result) == snapshot.num_files else None
 
 
 def _typed(values: pa.Array, delta_type: str) -> pa.Array | None:

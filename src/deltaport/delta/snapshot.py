@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -25,6 +26,28 @@ class Snapshot:
     config: TableConfig
     live: pa.Table  # canonical add columns + ``_key``
     timestamp: int | None  # commit time of ``version`` in ms
+    #: Values computed from this snapshot (parsed stats, prepared file ids): they live and die with
+    #: it and count in its :attr:`nbytes`, so the snapshot cache's bound covers them.
+    _derived: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _derived_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+
+    def cached(self, key: Hashable) -> Any:
+        """The value remembered under ``key``, or None."""
+        return self._derived.get(key)
+
+    def remember(self, key: Hashable, value: Any, *, replace: bool = False) -> Any:
+        """Keep ``value`` with this snapshot under ``key``; unless ``replace``, the first kept wins."""
+        with self._derived_lock:
+            if replace:
+                self._derived[key] = value
+                return value
+            return self._derived.setdefault(key, value)
+
+    def derived(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per snapshot and key (concurrent first calls may both compute)."""
+        if key in self._derived:
+            return self._derived[key]
+        return self.remember(key, compute())
 
     @property
     def protocol(self) -> Protocol:
@@ -63,7 +86,10 @@ class Snapshot:
 
     @property
     def nbytes(self) -> int:
-        return self.live.nbytes
+        """Arrow bytes held: the live files and everything derived from them."""
+        with self._derived_lock:
+            derived = list(self._derived.values())
+        return self.live.nbytes + sum(_nbytes(v) for v in derived)
 
     def files(self) -> pa.Table:
         """The live add actions as Arrow, in the log's field names (no internal columns)."""
@@ -100,6 +126,14 @@ class Snapshot:
             "sizeInBytes": self.size_in_bytes,
             "createdTime": self.metadata.created_time,
         }
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, (pa.Array, pa.ChunkedArray, pa.Table, pa.RecordBatch)):
+        return value.nbytes
+    if isinstance(value, tuple):
+        return sum(_nbytes(v) for v in value)
+    return 0
 
 
 __all__ = ["Snapshot", "KEY"]

@@ -11,8 +11,7 @@ window only joins. The bytes are the same as FileLineMaker's for the same URLs.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import NamedTuple
@@ -124,27 +123,11 @@ def _static_parts(files: pa.Table, ids: pa.Array) -> list:
 
 
 class ColumnarLines:
-    """Caches of prepared files (per snapshot) and signatures (per window), bounded LRU."""
+    """File lines of plain snapshots, built column-wise. What it reuses between requests (file ids,
+    encoded paths, one window's signatures) is kept with the snapshot, inside the cache's bound."""
 
-    def __init__(self, max_prepared: int = 4, max_signed: int = 4, *, pool: KeyingPool | None = None) -> None:
+    def __init__(self, *, pool: KeyingPool | None = None) -> None:
         self.pool = pool
-        self._prepared: OrderedDict = OrderedDict()
-        self._signed: OrderedDict = OrderedDict()
-        self._max_prepared, self._max_signed = max_prepared, max_signed
-        self._lock = threading.Lock()
-
-    def _peek(self, cache: OrderedDict, key):
-        with self._lock:
-            if key in cache:
-                cache.move_to_end(key)
-                return cache[key]
-        return None
-
-    def _put(self, cache: OrderedDict, key, limit: int, value) -> None:
-        with self._lock:
-            cache[key] = value
-            while len(cache) > limit:
-                cache.popitem(last=False)
 
     def lines(self, snapshot: Snapshot, indices: pa.Array, signer: LocalFileSigner, *, expires_in: int, now: float,
               id_hash: str, version: int | None = None,
@@ -166,10 +149,12 @@ class ColumnarLines:
         idx = pa.array(np.asarray(indices, dtype=np.int64))
         idx_np = np.asarray(idx)
         whole = len(idx) == snapshot.num_files and bool(np.all(idx_np == np.arange(len(idx_np))))
-        prepared_key = (id(snapshot), snapshot.table_uri, snapshot.version, id_hash)
-        prepared = self._peek(self._prepared, prepared_key)
-        signed_key = (prepared_key, signer.endpoint, prefix, window, expires_in)
-        signed = self._peek(self._signed, signed_key) if windowed else None
+        prepared_key = ("prepared-files", id_hash)
+        prepared = snapshot.cached(prepared_key)
+        # one window's signatures per signing endpoint and lifetime: a newer window replaces it
+        signed_key = ("signatures", id_hash, signer.endpoint, prefix, expires_in)
+        held = snapshot.cached(signed_key) if windowed else None
+        signed = held[1] if held is not None and held[0] == window else None
         batches = snapshot.files().to_batches()
         bounds = np.cumsum([0] + [b.num_rows for b in batches])
         pool = self.pool if self.pool is not None and len(idx) > chunk else None
@@ -235,10 +220,9 @@ class ColumnarLines:
             while pending:
                 yield done(pending.popleft())
             if whole and prepared is None:
-                self._put(self._prepared, prepared_key, self._max_prepared,
-                          PreparedFiles(pa.concat_arrays(ids_parts), pa.concat_arrays(uri_parts)))
+                snapshot.remember(prepared_key, PreparedFiles(pa.concat_arrays(ids_parts), pa.concat_arrays(uri_parts)))
             if whole and windowed and signed is None:
-                self._put(self._signed, signed_key, self._max_signed, pa.concat_arrays(sig_parts))
+                snapshot.remember(signed_key, (window, pa.concat_arrays(sig_parts)), replace=True)
 
         head = '{"file":{"url":"' + signer.endpoint + prefix.decode()
         mid = "?" + query + "&X-Amz-Signature="
