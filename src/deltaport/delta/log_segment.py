@@ -24,6 +24,9 @@ class LogListing:
     checkpoints: dict[int, list[list[LogFile]]] = field(default_factory=dict)  # complete sets only
     compacted: list[LogFile] = field(default_factory=list)
     crcs: dict[int, LogFile] = field(default_factory=dict)
+    #: The first version listed: 0 for the whole log; a checkpoint's version when the listing
+    #: started at the checkpoint ``_last_checkpoint`` names (enough for that version and later).
+    listed_from: int = 0
 
     @property
     def latest_commit(self) -> int | None:
@@ -70,6 +73,21 @@ def list_log(store: ObjectStore, *, start_after_version: int | None = None, tabl
         order = {LogFileKind.CHECKPOINT_V2: 0, LogFileKind.CHECKPOINT_CLASSIC: 1, LogFileKind.CHECKPOINT_MULTIPART: 2}
         sets.sort(key=lambda s: order[s[0].kind])
     return listing
+
+
+def list_log_from_hint(store: ObjectStore, *, table: str | None = None) -> LogListing:
+    """The log from the checkpoint ``_last_checkpoint`` names, when that checkpoint (or a later
+    one) is complete in the listing; otherwise the whole log (no hint, or a stale or corrupt one).
+
+    On an object store with a long log, this is what makes a cold load cheap: one small read and
+    a listing that starts at the checkpoint instead of at version 0."""
+    hint = read_last_checkpoint_hint(store)
+    if hint:
+        listing = list_log(store, start_after_version=hint - 1, table=table)
+        if any(v >= hint for v in listing.checkpoints):
+            listing.listed_from = hint
+            return listing
+    return list_log(store, table=table)
 
 
 def read_last_checkpoint_hint(store: ObjectStore) -> int | None:

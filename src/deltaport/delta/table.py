@@ -18,7 +18,7 @@ from deltaport.delta.checkpoint import checkpoint_metadata_only, read_checkpoint
 from deltaport.delta.commit_json import parse_actions, peek_in_commit_timestamp, peek_protocol_metadata
 from deltaport.delta.history import CommitHistory, parse_timestamp
 from deltaport.delta.log_path import LogFile
-from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log
+from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log, list_log_from_hint
 from deltaport.delta.actions import file_schema
 from deltaport.delta.replay import replay, with_keys
 from deltaport.delta.snapshot import Snapshot
@@ -65,11 +65,13 @@ class DeltaTable:
         """The last listing of the log, without listing again."""
         return self._listing
 
-    def refresh_listing(self) -> LogListing:
-        """List the log, only after the newest known version when it was listed before."""
+    def refresh_listing(self, *, covering: int | None = None) -> LogListing:
+        """List the log: the first time from the checkpoint ``_last_checkpoint`` names, later only
+        after the newest known version. ``covering=0`` (or any version before where the listing
+        started) lists the whole log: time travel, history and change ranges need it."""
         with self._lock:
             if self._listing is None or self._listing.latest_commit is None:
-                self._listing = list_log(self.store, table=self.uri)
+                self._listing = list_log_from_hint(self.store, table=self.uri)
             else:
                 newer = list_log(self.store, start_after_version=self._listing.latest_commit, table=self.uri)
                 self._listing.commits.update(newer.commits)
@@ -77,6 +79,8 @@ class DeltaTable:
                     self._listing.checkpoints.setdefault(v, []).extend(sets)
                 self._listing.compacted.extend(newer.compacted)
                 self._listing.crcs.update(newer.crcs)
+            if covering is not None and covering < self._listing.listed_from:
+                self._listing = list_log(self.store, table=self.uri)
             if self._listing.latest_commit is None and not self._listing.checkpoints:
                 raise NotADeltaTable(
                     "not a Delta table: no _delta_log directory, or it holds no commit files", table=self.uri
@@ -90,7 +94,7 @@ class DeltaTable:
 
     def earliest_version(self) -> int:
         """The first version that can still be reconstructed from the log."""
-        listing = self.refresh_listing()
+        listing = self.refresh_listing(covering=0)
         earliest = listing.earliest_reconstructable()
         if earliest is None:
             raise VersionNotFound("no version of this table can be reconstructed: commit 0 and every "
@@ -110,7 +114,7 @@ class DeltaTable:
         cached = self._configs.get(version)
         if cached is not None:
             return cached
-        return self._config_in(self.refresh_listing(), version, check=check)
+        return self._config_in(self.refresh_listing(covering=version), version, check=check)
 
     def _config_in(self, listing: LogListing, version: int, *, check: bool = True) -> TableConfig:
         cached = self._configs.get(version)
@@ -147,7 +151,7 @@ class DeltaTable:
         if version is not None and timestamp is not None:
             raise ValueError("give a version or a timestamp, not both")
         with self._lock:
-            listing = self.refresh_listing()
+            listing = self.refresh_listing(covering=0 if timestamp is not None else version)
             if timestamp is not None:
                 version = self.history(listing).version_at_or_before(parse_timestamp(timestamp))
             if version is None:
@@ -193,6 +197,7 @@ class DeltaTable:
                 # a broken checkpoint: fall back to an older one (or commit 0) when the log allows
                 if segment.checkpoint_version is None:
                     raise
+                listing = self.refresh_listing(covering=0)  # what is before it, when it was listed from it
                 excluded.add(segment.checkpoint_version)
                 try:
                     build_segment(listing, version, table=self.uri, exclude_checkpoints=frozenset(excluded))
@@ -219,8 +224,8 @@ class DeltaTable:
     # --- history ----------------------------------------------------------------------------
 
     def history(self, listing: LogListing | None = None) -> CommitHistory:
-        """Commit timestamps of every commit still in the log."""
-        listing = listing or self.refresh_listing()
+        """Commit timestamps of every commit in ``listing`` (default: the whole log)."""
+        listing = listing or self.refresh_listing(covering=0)
         mtimes = {v: lf.info.mtime_ms for v, lf in listing.commits.items()}
         ict_from = None
         if listing.latest_commit is not None:
@@ -254,7 +259,7 @@ class DeltaTable:
 
     def changes(self, start: int, end: int | None = None) -> list[CommitChanges]:
         """Every commit in [start, end] (end defaults to latest), with its file actions."""
-        listing = self.refresh_listing()
+        listing = self.refresh_listing(covering=0)
         latest = listing.latest_commit if listing.latest_commit is not None else max(listing.checkpoints)
         if end is None:
             end = latest
