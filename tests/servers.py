@@ -51,6 +51,10 @@ class MotoServer:
     def __init__(self) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.start()
+
+    def start(self) -> None:
+        """Start (again, on the same port: a restarted moto holds no objects)."""
         exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
         self.proc = subprocess.Popen(
             [exe, "-H", "127.0.0.1", "-p", str(self.port)],

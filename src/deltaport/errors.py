@@ -125,6 +125,16 @@ class ObjectNotFound(StorageError):
     """A file the log names (or the log itself) is not in the store."""
 
 
+class StorageUnavailable(StorageError):
+    """The store failed in a way that may pass (a timeout, a 5xx, throttling, a dropped
+    connection): a 503 with ``Retry-After``, which clients retry. Which table, and the store's own
+    words, are for the operator's log only."""
+
+    http_status = 503
+    error_code = "TEMPORARILY_UNAVAILABLE"
+    retry_after_seconds = 5
+
+
 # --- Delta log engine -----------------------------------------------------------------------
 
 

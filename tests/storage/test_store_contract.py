@@ -83,3 +83,27 @@ def test_delta_snapshot_over_s3_equals_local(moto_server, name):
         assert r.metadata == l.metadata
     assert [c.version for c in remote.changes(local.earliest_version())] == \
         [c.version for c in local.changes(local.earliest_version())]
+
+
+def test_local_io_errors_that_may_pass_are_unavailable_not_missing(tmp_path, monkeypatch):
+    import errno
+
+    from deltaport.errors import StorageUnavailable
+    from deltaport.storage.local import LocalStore
+
+    (tmp_path / "_delta_log").mkdir()
+    (tmp_path / "_delta_log" / "x.json").write_text("{}")
+    store = LocalStore(tmp_path)
+
+    def failing(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr("os.scandir", failing)
+    with pytest.raises(StorageUnavailable):
+        store.list_dir("_delta_log")
+    monkeypatch.setattr("builtins.open", failing)
+    with pytest.raises(StorageUnavailable):
+        store.read("_delta_log/x.json")
+    monkeypatch.undo()
+    with pytest.raises(ObjectNotFound):
+        store.read("_delta_log/missing.json")

@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from deltaport.errors import DeltaportError, Unauthenticated, public_message
+from deltaport.errors import DeltaportError, StorageUnavailable, Unauthenticated, public_message
 from deltaport.protocol.lines import error_body
 
 log = logging.getLogger("deltaport.server")
@@ -18,8 +18,10 @@ _CODES = {400: "MALFORMED_REQUEST", 401: "UNAUTHENTICATED", 403: "PERMISSION_DEN
           405: "MALFORMED_REQUEST", 413: "MALFORMED_REQUEST", 415: "MALFORMED_REQUEST", 422: "MALFORMED_REQUEST"}
 
 
-def json_error(status: int, code: str, message: str, *, head: bool = False) -> Response:
-    headers = {"WWW-Authenticate": 'Bearer realm="delta-sharing"'} if status == 401 else None
+def json_error(status: int, code: str, message: str, *, head: bool = False,
+               headers: dict[str, str] | None = None) -> Response:
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="delta-sharing"'}
     body = b"" if head else error_body(code, message)
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
@@ -29,6 +31,10 @@ async def deltaport_error(request: Request, exc: DeltaportError) -> Response:
     status = exc.http_status
     if isinstance(exc, Unauthenticated):
         status = 401
+    if isinstance(exc, StorageUnavailable):  # may pass: the client is told when to try again
+        log.warning("storage unavailable on %s %s: %s", request.method, request.url.path, exc.operator_message)
+        return json_error(503, exc.error_code, public_message(exc), head=request.method == "HEAD",
+                          headers={"Retry-After": str(exc.retry_after_seconds)})
     if status >= 500:
         log.error("internal error on %s %s: %s", request.method, request.url.path, exc.operator_message)
         return json_error(500, "INTERNAL_ERROR", "", head=request.method == "HEAD")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from deltaport.errors import ObjectNotFound, StorageError
+from deltaport.errors import ObjectNotFound, StorageError, StorageUnavailable
 from deltaport.storage.base import FileInfo
 
 
@@ -14,6 +14,11 @@ _CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "timeout", "connect_
 
 def _ms(meta: Mapping[str, Any]) -> int:
     return int(meta["last_modified"].timestamp() * 1000)
+
+
+def _unavailable(what: str, exc: BaseException, root_uri: str) -> StorageUnavailable:
+    return StorageUnavailable(f"the table's storage did not answer {what}; retry later", detail=str(exc),
+                              location=root_uri)
 
 
 class ObstoreStore:
@@ -60,9 +65,11 @@ class ObstoreStore:
             raise ObjectNotFound(f"file not found: {what}", location=self.root_uri) from exc
         except (oe.PermissionDeniedError, oe.UnauthenticatedError) as exc:
             raise StorageError(f"permission denied: {what}", detail=str(exc), location=self.root_uri) from exc
-        except oe.BaseError as exc:
-            raise StorageError(f"storage error on {what}: the object store failed; retry later",
-                               detail=str(exc), location=self.root_uri) from exc
+        except (oe.InvalidPathError, oe.NotSupportedError, oe.UnknownConfigurationKeyError) as exc:
+            raise StorageError(f"the object store refused the request for {what}", detail=str(exc),
+                               location=self.root_uri) from exc
+        except oe.BaseError as exc:  # timeouts, 5xx, throttling, connections: they may pass
+            raise _unavailable(what, exc, self.root_uri) from exc
 
     def list_dir(self, directory: str, start_after: str | None = None) -> list[FileInfo]:
         import obstore
@@ -78,9 +85,8 @@ class ObstoreStore:
                     if "/" in path[len(prefix):]:
                         continue  # deeper than one level (e.g. _delta_log/_sidecars/)
                     out.append(FileInfo(path, int(meta["size"]), _ms(meta)))
-        except Exception as exc:
-            raise StorageError(f"storage error listing {directory or 'the table root'}: the object store failed; "
-                               "retry later", detail=str(exc), location=self.root_uri) from exc
+        except Exception as exc:  # the listing broke off midway
+            raise _unavailable(f"the listing of {directory or 'the table root'}", exc, self.root_uri) from exc
         out.sort(key=lambda f: f.path)
         return out
 
