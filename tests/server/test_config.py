@@ -37,7 +37,6 @@ evaluateJsonPredicateHintsV2: true
 queryTablePageSizeLimit: 10000
 queryTablePageTokenTtlMs: 259200000
 refreshTokenTtlMs: 3600000
-someFutureKey: accepted
 """
 
 
@@ -99,3 +98,28 @@ def test_config_file_name_and_yaml_errors(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.yaml")
+
+
+_TABLE = {"name": "t", "location": "/tmp/t"}
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"version": 1, "preSignedUrlTimeoutSecond": 60}, "unknown key 'preSignedUrlTimeoutSecond' in the server "
+                                                      "config: did you mean 'preSignedUrlTimeoutSeconds'?"),
+    ({"version": 1, "Port": 8080}, "unknown key 'Port' in the server config: did you mean 'port'?"),
+    ({"version": 1, "shares": [{"name": "s", "schema": []}]}, "unknown key 'schema' in a share: did you mean 'schemas'?"),
+    ({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "table": []}]}]},
+     "unknown key 'table' in a schema in share 's': did you mean 'tables'?"),
+    ({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [{**_TABLE, "historyshared": True}]}]}]},
+     "unknown key 'historyshared' in a table in schema 's.d': did you mean 'historyShared'?"),
+    ({"version": 1, "recipients": [{"name": "r", "tokens": ["x"], "share": ["s"]}]},
+     "unknown key 'share' in a recipient: did you mean 'shares'?"),
+    ({"version": 1, "authorization": {"bearer_token": "x"}}, "unknown key 'bearer_token' in 'authorization': did you mean 'bearerToken'?"),
+    ({"version": 1, "ssl": {"selfSigned": True, "certFile": "x"}}, "unknown key 'certFile' in 'ssl'"),
+    ({"version": 1, "zzz": 1}, "unknown key 'zzz' in the server config: known keys: version, shares"),
+    ({"version": 1, "shares": ["s"]}, "a share must be a mapping of keys to values, not 's'"),
+])
+def test_unknown_keys_are_refused_with_the_nearest_valid_one(data, needle):
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert needle in str(err.value)

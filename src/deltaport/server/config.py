@@ -6,6 +6,7 @@ Unknown keys are accepted (as in the reference). Every error names the key and t
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import hashlib
 import logging
 import os
@@ -94,6 +95,40 @@ def hash_token(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+#: Keys each level of the config understands. The reference server's keys that mean nothing
+#: here (its cache and timeout knobs) are accepted so its config files load unchanged.
+_REFERENCE_ONLY = ("temporaryCredentialValiditySeconds", "deltaTableCacheSize", "stalenessAcceptable",
+                   "requestTimeoutSeconds", "evaluateJsonPredicateHintsV2")
+_KEYS = {
+    "the server config": ("version", "shares", "authorization", "recipients", "ssl", "host", "port", "endpoint",
+                          "preSignedUrlTimeoutSeconds", "evaluatePredicateHints", "evaluateJsonPredicateHints",
+                          "queryTablePageSizeLimit", "queryTablePageTokenTtlMs", "refreshTokenTtlMs",
+                          "storageOptions", "tokenSecret", "publicUrl", *_REFERENCE_ONLY),
+    "a share": ("name", "id", "schemas"),
+    "a schema": ("name", "tables"),
+    "a table": ("name", "location", "id", "historyShared", "startVersion", "storageOptions"),
+    "a recipient": ("name", "tokens", "shares", "expirationTime"),
+    "'ssl'": ("selfSigned", "certificateFile", "certificateKeyFile", "certificatePasswordFile"),
+    "'authorization'": ("bearerToken",),
+}
+
+
+def _check_keys(d: Any, level: str, where: str | None = None) -> Mapping[str, Any]:
+    """``d`` as a mapping with only the keys ``level`` understands: a misspelt key is refused with
+    the nearest valid one, never silently ignored."""
+    where = where or level
+    if not isinstance(d, Mapping):
+        raise ConfigError(f"{where} must be a mapping of keys to values, not {d!r}")
+    known = _KEYS[level]
+    for key in d:
+        if key not in known:
+            close = [k for k in known if k.lower() == str(key).lower()] or \
+                difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+            raise ConfigError(f"unknown key '{key}' in {where}: {hint}")
+    return d
+
+
 def _need(d: Mapping[str, Any], key: str, where: str) -> Any:
     value = d.get(key)
     if value is None or value == "":
@@ -166,6 +201,7 @@ def _check_key_pair(cfg: SslConfig) -> None:
 
 
 def _table(d: Mapping[str, Any], where: str) -> TableConfig:
+    _check_keys(d, "a table", f"a table in {where}")
     name = _check_name(_need(d, "name", f"a table in {where}"), "table", allow_dot=False)
     location = _need(d, "location", f"table '{name}'")
     return TableConfig(
@@ -192,6 +228,7 @@ def _expiration(value: Any, who: str) -> int | None:
 
 
 def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
+    _check_keys(d, "a recipient")
     name = _need(d, "name", "a recipient")
     tokens = d.get("tokens")
     if not tokens or not isinstance(tokens, list):
@@ -217,6 +254,7 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
     """A ServerConfig from the parsed YAML mapping."""
     if not isinstance(d, Mapping):
         raise ConfigError("the configuration must be a YAML mapping with 'version: 1' and 'shares'")
+    _check_keys(d, "the server config")
     version = d.get("version")
     if version is None:
         raise ConfigError("'version' must be provided")
@@ -229,12 +267,14 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
     shares = []
     seen_shares = set()
     for s in d.get("shares") or []:
+        _check_keys(s, "a share")
         share_name = _check_name(_need(s, "name", "a share"), "share", allow_dot=True)
         if share_name.lower() in seen_shares:
             raise ConfigError(f"share '{share_name}' is defined twice")
         seen_shares.add(share_name.lower())
         schemas = []
         for sc in s.get("schemas") or []:
+            _check_keys(sc, "a schema", f"a schema in share '{share_name}'")
             schema_name = _check_name(_need(sc, "name", f"a schema in share '{share_name}'"), "schema",
                                       allow_dot=False)
             tables = tuple(_table(t, f"schema '{share_name}.{schema_name}'") for t in sc.get("tables") or [])
@@ -245,7 +285,7 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
         shares.append(ShareConfig(share_name, tuple(schemas), str(s.get("id") or "")))
     bearer = None
     if "authorization" in d and d["authorization"] is not None:
-        auth = d["authorization"]
+        auth = _check_keys(d["authorization"], "'authorization'")
         token = auth.get("bearerToken") if isinstance(auth, Mapping) else None
         if not token:
             raise ConfigError("'bearerToken' in 'authorization' must be provided")
@@ -260,6 +300,7 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
         sd = d["ssl"]
         if not isinstance(sd, Mapping):
             raise ConfigError("'ssl' must be a mapping: selfSigned, or certificateFile and certificateKeyFile")
+        _check_keys(sd, "'ssl'")
         ssl = SslConfig(_bool(sd.get("selfSigned", False), "selfSigned"),
                         *(str(sd[k]) if sd.get(k) not in (None, "") else None
                           for k in ("certificateFile", "certificateKeyFile", "certificatePasswordFile")))
