@@ -78,40 +78,82 @@ def build_table(path: Path, files: int, gigabytes: float) -> int:
     rows_per_file = int(gigabytes * 1e9 / files / bytes_per_row)
     rng = np.random.default_rng(7)
     regions = pa.array(["europe", "north america", "asia/pacific", "latam", "africa", "oceania"])
-    schema = pa.schema([("id", pa.int64()), ("x", pa.float64()), ("y", pa.float64()), ("k", pa.int32()),
-                        ("region", pa.string()), ("day", pa.date32())])
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("x", pa.float64()),
+            ("y", pa.float64()),
+            ("k", pa.int32()),
+            ("region", pa.string()),
+            ("day", pa.date32()),
+        ]
+    )
     adds = []
     total = 0
     for i in range(files):
         start = i * rows_per_file
-        table = pa.table({
-            "id": pa.array(np.arange(start, start + rows_per_file, dtype=np.int64)),
-            "x": pa.array(rng.random(rows_per_file)),
-            "y": pa.array(rng.normal(size=rows_per_file)),
-            "k": pa.array(rng.integers(0, 2**31 - 1, rows_per_file, dtype=np.int32)),
-            "region": regions.take(pa.array(rng.integers(0, len(regions), rows_per_file))),
-            "day": pa.array(rng.integers(19000, 20000, rows_per_file, dtype=np.int32)).cast(pa.date32()),
-        }, schema=schema)
+        table = pa.table(
+            {
+                "id": pa.array(np.arange(start, start + rows_per_file, dtype=np.int64)),
+                "x": pa.array(rng.random(rows_per_file)),
+                "y": pa.array(rng.normal(size=rows_per_file)),
+                "k": pa.array(rng.integers(0, 2**31 - 1, rows_per_file, dtype=np.int32)),
+                "region": regions.take(pa.array(rng.integers(0, len(regions), rows_per_file))),
+                "day": pa.array(rng.integers(19000, 20000, rows_per_file, dtype=np.int32)).cast(pa.date32()),
+            },
+            schema=schema,
+        )
         name = f"part-{i:05d}-{uuid.UUID(int=i)}.c000.snappy.parquet"
         pq.write_table(table, path / name, compression="snappy", row_group_size=256 * 1024)
         st = (path / name).stat()
-        stats = {"numRecords": rows_per_file, "minValues": {"id": start},
-                 "maxValues": {"id": start + rows_per_file - 1},
-                 "nullCount": {"id": 0, "x": 0, "y": 0, "k": 0, "region": 0, "day": 0}}
-        adds.append({"add": {"path": name, "partitionValues": {}, "size": st.st_size,
-                             "modificationTime": int(st.st_mtime * 1000), "dataChange": True,
-                             "stats": orjson.dumps(stats).decode()}})
+        stats = {
+            "numRecords": rows_per_file,
+            "minValues": {"id": start},
+            "maxValues": {"id": start + rows_per_file - 1},
+            "nullCount": {"id": 0, "x": 0, "y": 0, "k": 0, "region": 0, "day": 0},
+        }
+        adds.append(
+            {
+                "add": {
+                    "path": name,
+                    "partitionValues": {},
+                    "size": st.st_size,
+                    "modificationTime": int(st.st_mtime * 1000),
+                    "dataChange": True,
+                    "stats": orjson.dumps(stats).decode(),
+                }
+            }
+        )
         total += rows_per_file
-    fields = [{"name": f.name, "type": {"int64": "long", "double": "double", "int32": "integer", "string": "string",
-                                        "date32[day]": "date"}[str(f.type)], "nullable": True, "metadata": {}}
-              for f in schema]
+    fields = [
+        {
+            "name": f.name,
+            "type": {
+                "int64": "long",
+                "double": "double",
+                "int32": "integer",
+                "string": "string",
+                "date32[day]": "date",
+            }[str(f.type)],
+            "nullable": True,
+            "metadata": {},
+        }
+        for f in schema
+    ]
     now = int(time.time() * 1000)
     actions = [
         {"commitInfo": {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "ErrorIfExists"}}},
         {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
-        {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-                      "schemaString": json.dumps({"type": "struct", "fields": fields}), "partitionColumns": [],
-                      "configuration": {}, "createdTime": now}},
+        {
+            "metaData": {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps({"type": "struct", "fields": fields}),
+                "partitionColumns": [],
+                "configuration": {},
+                "createdTime": now,
+            }
+        },
         *adds,
     ]
     (path / "_delta_log").mkdir(exist_ok=True)
@@ -121,19 +163,30 @@ def build_table(path: Path, files: int, gigabytes: float) -> int:
 
 
 def serve(table: Path, workdir: Path) -> tuple[ServeProcess, str]:
-    server = ServeProcess({"version": 1, "preSignedUrlTimeoutSeconds": 3600,
-                           "authorization": {"bearerToken": "bench-token"},
-                           "shares": [{"name": "bench", "schemas": [
-                               {"name": "s", "tables": [{"name": "t", "location": str(table)}]}]}]}, workdir)
+    server = ServeProcess(
+        {
+            "version": 1,
+            "preSignedUrlTimeoutSeconds": 3600,
+            "authorization": {"bearerToken": "bench-token"},
+            "shares": [
+                {"name": "bench", "schemas": [{"name": "s", "tables": [{"name": "t", "location": str(table)}]}]}
+            ],
+        },
+        workdir,
+    )
     profile = workdir / "bench.share"
-    profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": f"{server.base}/delta-sharing",
-                                   "bearerToken": "bench-token"}))
+    profile.write_text(
+        json.dumps(
+            {"shareCredentialsVersion": 1, "endpoint": f"{server.base}/delta-sharing", "bearerToken": "bench-token"}
+        )
+    )
     return server, f"{profile}#bench.s.t"
 
 
 def run(reader: str, url: str, table: Path) -> tuple[float, int]:
-    out = subprocess.run([sys.executable, "-c", READERS[reader], url, str(table)], capture_output=True, text=True,
-                         timeout=3600)
+    out = subprocess.run(
+        [sys.executable, "-c", READERS[reader], url, str(table)], capture_output=True, text=True, timeout=3600
+    )
     if out.returncode != 0:
         raise SystemExit(f"{reader} failed:\n{out.stderr[-2000:]}")
     seconds, rows = out.stdout.strip().splitlines()[-1].split()

@@ -125,8 +125,7 @@ class Files:
         for i in range(len(self)):
             h = hexes[32 * i : 32 * i + 32]
             out.append(
-                f"part=p{parts[i]:04d}/part-00000-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-                "-c000.snappy.parquet"
+                f"part=p{parts[i]:04d}/part-00000-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}-c000.snappy.parquet"
             )
         return pa.array(out, pa.string())
 
@@ -153,12 +152,27 @@ class Files:
             return pc.strftime(pa.array(a.astype("datetime64[s]")), format="%Y-%m-%dT%H:%M:%S.000Z")
 
         pieces = [
-            '{"numRecords":', num(self.records),
-            ',"minValues":{"id":', num(id_min), ',"value":', num(v_min),
-            ',"name":"', name(name_min), '","ts":"', ts(ts_min),
-            '"},"maxValues":{"id":', num(id_max), ',"value":', num(v_max),
-            ',"name":"', name(name_max), '","ts":"', ts(ts_max),
-            '"},"nullCount":{"id":0,"value":', num(nulls), ',"name":0,"ts":0}}',
+            '{"numRecords":',
+            num(self.records),
+            ',"minValues":{"id":',
+            num(id_min),
+            ',"value":',
+            num(v_min),
+            ',"name":"',
+            name(name_min),
+            '","ts":"',
+            ts(ts_min),
+            '"},"maxValues":{"id":',
+            num(id_max),
+            ',"value":',
+            num(v_max),
+            ',"name":"',
+            name(name_max),
+            '","ts":"',
+            ts(ts_max),
+            '"},"nullCount":{"id":0,"value":',
+            num(nulls),
+            ',"name":0,"ts":0}}',
         ]
         return pc.binary_join_element_wise(*pieces, "")
 
@@ -304,9 +318,7 @@ def generate(out: Path, files: int, commits: int, seed: int = 0, force: bool = F
             removes.append(_remove(a["add"]["path"], a["add"]["partitionValues"], a["add"]["size"], ts))
         for idx in from_checkpoint[taken : taken + REMOVES_PER_COMMIT - len(reuse)]:
             idx = int(idx)
-            removes.append(
-                _remove(base_paths[idx].as_py(), {"part": base_parts[idx].as_py()}, int(base.size[idx]), ts)
-            )
+            removes.append(_remove(base_paths[idx].as_py(), {"part": base_parts[idx].as_py()}, int(base.size[idx]), ts))
         taken += REMOVES_PER_COMMIT - len(reuse)
         new_adds = new.add_actions()
         _write_json(

@@ -101,8 +101,15 @@ def main() -> None:
     ours = best("deltaport", BIG_LOG, args.repeat)
     theirs = best("deltalake", BIG_LOG, args.repeat)
     assert ours["files"] == theirs["files"] == 300_000
-    rows.append(("300k log, cold snapshot + Arrow file list", ours, theirs, "<= 0.5x deltalake",
-                 ours["seconds"] <= 0.5 * theirs["seconds"]))
+    rows.append(
+        (
+            "300k log, cold snapshot + Arrow file list",
+            ours,
+            theirs,
+            "<= 0.5x deltalake",
+            ours["seconds"] <= 0.5 * theirs["seconds"],
+        )
+    )
 
     big = Path(args.workdir) / f"big-{args.files}"
     if not (big / "_delta_log" / "_last_checkpoint").exists():
@@ -110,8 +117,15 @@ def main() -> None:
     ours = best("deltaport", big, args.repeat)
     theirs = best("deltalake", big, args.repeat)
     assert ours["files"] == theirs["files"], (ours, theirs)
-    rows.append((f"{args.files:,}-file table, cold", ours, theirs, "<= 3 s, RSS <= 1.5 GB",
-                 ours["seconds"] <= 3 and ours["peak_rss_mb"] <= 1536))
+    rows.append(
+        (
+            f"{args.files:,}-file table, cold",
+            ours,
+            theirs,
+            "<= 3 s, RSS <= 1.5 GB",
+            ours["seconds"] <= 3 and ours["peak_rss_mb"] <= 1536,
+        )
+    )
 
     refresh_dir = Path(args.workdir) / f"refresh-{args.files}"
     import shutil
@@ -123,16 +137,25 @@ def main() -> None:
         refreshes.append(run_child("refresh", refresh_dir))
     refresh = min(refreshes, key=lambda r: r["seconds"])
     cold = min(r["cold_seconds"] for r in refreshes)
-    rows.append(("refresh after one small commit (cached)", refresh, {"seconds": cold, "peak_rss_mb": 0},
-                 "<= 5% of cold", refresh["seconds"] <= 0.05 * cold))
+    rows.append(
+        (
+            "refresh after one small commit (cached)",
+            refresh,
+            {"seconds": cold, "peak_rss_mb": 0},
+            "<= 5% of cold",
+            refresh["seconds"] <= 0.05 * cold,
+        )
+    )
     shutil.rmtree(refresh_dir, ignore_errors=True)
 
     print(f"\n{'case':45s} {'deltaport':>10s} {'peer':>10s} {'ratio':>7s} {'RSS MB':>8s}  target")
     for name, o, t, target, ok in rows:
         peer = "cold" if name.startswith("refresh") else "deltalake"
         ratio = o["seconds"] / t["seconds"] if t["seconds"] else float("nan")
-        print(f"{name:45s} {o['seconds']:9.3f}s {t['seconds']:9.3f}s {ratio:7.2f} {o['peak_rss_mb']:8.0f}  "
-              f"{target} ({peer}) {'MET' if ok else 'MISSED'}")
+        print(
+            f"{name:45s} {o['seconds']:9.3f}s {t['seconds']:9.3f}s {ratio:7.2f} {o['peak_rss_mb']:8.0f}  "
+            f"{target} ({peer}) {'MET' if ok else 'MISSED'}"
+        )
     print(f"(deltalake peak RSS: 300k {rows[0][2]['peak_rss_mb']:.0f} MB, big {rows[1][2]['peak_rss_mb']:.0f} MB)")
 
 

@@ -28,8 +28,9 @@ class ServeProcess:
         path = workdir / f"bench-{self.port}.yaml"
         path.write_text(yaml.safe_dump({**config, "host": "127.0.0.1", "port": self.port}))
         exe = Path(sys.executable).parent / "deltaport"
-        self.proc = subprocess.Popen([str(exe), "serve", "--config", str(path), *args], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [str(exe), "serve", "--config", str(path), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.time() + 30
         while time.time() < deadline:
             try:
@@ -42,6 +43,7 @@ class ServeProcess:
 
     def peak_rss_mb(self) -> float:
         """Peak RSS of the server process plus that of its child processes (keying workers)."""
+
         def hwm(pid: int) -> float:
             try:
                 with open(f"/proc/{pid}/status") as fh:

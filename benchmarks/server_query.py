@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from serve_process import ServeProcess
 
 HERE = Path(__file__).resolve().parent
@@ -48,8 +47,19 @@ class Server(ServeProcess):
     """One share ``b.d`` of the given tables, without auth."""
 
     def __init__(self, tables: dict[str, str], workdir: Path, *args: str) -> None:
-        super().__init__({"version": 1, "shares": [{"name": "b", "schemas": [
-            {"name": "d", "tables": [{"name": n, "location": p} for n, p in tables.items()]}]}]}, workdir, *args)
+        super().__init__(
+            {
+                "version": 1,
+                "shares": [
+                    {
+                        "name": "b",
+                        "schemas": [{"name": "d", "tables": [{"name": n, "location": p} for n, p in tables.items()]}],
+                    }
+                ],
+            },
+            workdir,
+            *args,
+        )
         self.url = f"{self.base}/delta-sharing/shares/b/schemas/d/tables"
 
     def query(self, table: str) -> tuple[float, int]:
@@ -64,8 +74,7 @@ class Server(ServeProcess):
 
 def peer_seconds(path: Path) -> float:
     warm = SHARED / "delta-tables" / "basic_partitioned"
-    out = subprocess.run([sys.executable, "-c", PEER, str(path), str(warm)], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", PEER, str(path), str(warm)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)["seconds"]
 
 
@@ -113,8 +122,9 @@ def main() -> None:
         finally:
             server.stop()
     peer = min(peer_seconds(BIG_LOG) for _ in range(args.repeat))
-    rows.append(("/query 300k log, cold", min(colds), f"{peer:.3f}s deltalake", min(colds) <= 0.5 * peer,
-                 "<= 0.5x deltalake"))
+    rows.append(
+        ("/query 300k log, cold", min(colds), f"{peer:.3f}s deltalake", min(colds) <= 0.5 * peer, "<= 0.5x deltalake")
+    )
     rows.append(("/query 300k log, warm (cached)", min(warms), "", min(warms) <= 0.6, "<= 0.6 s"))
 
     def big_cold(label: str, *flags: str) -> Server:
@@ -127,9 +137,15 @@ def main() -> None:
             time.sleep(1)  # the keying worker starts in the background, as it does before a first request
             times.append(server.query("big")[0])
             rss = max(rss, server.peak_rss_mb())
-        rows.append((f"/query {args.files:,}-file table, cold{label}", min(times),
-                     f"median {statistics.median(times):.3f}s, RSS {rss:.0f} MB", min(times) <= 4 and rss <= 1536,
-                     "<= 4 s, RSS <= 1.5 GB"))
+        rows.append(
+            (
+                f"/query {args.files:,}-file table, cold{label}",
+                min(times),
+                f"median {statistics.median(times):.3f}s, RSS {rss:.0f} MB",
+                min(times) <= 4 and rss <= 1536,
+                "<= 4 s, RSS <= 1.5 GB",
+            )
+        )
         return server
 
     big_cold(" (no worker)", "--keying-processes", "0").stop()

@@ -35,11 +35,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from serve_process import ServeProcess
 
-TARGETS = {"count+sum, first read": 2.5, "count+sum, cached": 1.2, "full-row scan, first read": 1.5,
-           "group-by, first read": 1.5}
+TARGETS = {
+    "count+sum, first read": 2.5,
+    "count+sum, cached": 1.2,
+    "full-row scan, first read": 1.5,
+    "group-by, first read": 1.5,
+}
 DV_TARGET = 1.2
 FETCH_TARGET_MB_S = 800
 BYTES_PER_ROW = 14.75  # measured for this schema with snappy (random doubles dominate)
@@ -63,36 +66,70 @@ def build_table(path: Path, size_mb: int, files: int) -> dict:
     for i in range(files):
         first = i * rows_per_file
         values = rng.random(rows_per_file) * 1000
-        table = pa.table({
-            "id": pa.array(np.arange(first, first + rows_per_file, dtype=np.int64)),
-            "value": pa.array(values),
-            "qty": pa.array(rng.integers(0, 1000, rows_per_file, dtype=np.int32)),
-            "category": pa.array(CATEGORIES[rng.integers(0, len(CATEGORIES), rows_per_file)]),
-        })
+        table = pa.table(
+            {
+                "id": pa.array(np.arange(first, first + rows_per_file, dtype=np.int64)),
+                "value": pa.array(values),
+                "qty": pa.array(rng.integers(0, 1000, rows_per_file, dtype=np.int32)),
+                "category": pa.array(CATEGORIES[rng.integers(0, len(CATEGORIES), rows_per_file)]),
+            }
+        )
         name = f"part-{i:05d}-{uuid.uuid4()}.c000.snappy.parquet"
         pq.write_table(table, path / name, compression="snappy", row_group_size=1 << 20)
         size = (path / name).stat().st_size
-        stats = {"numRecords": rows_per_file, "minValues": {"id": first},
-                 "maxValues": {"id": first + rows_per_file - 1}, "nullCount": {"id": 0, "value": 0, "qty": 0, "category": 0}}
-        adds.append({"add": {"path": name, "partitionValues": {}, "size": size, "modificationTime": 1_700_000_000_000,
-                             "dataChange": True, "stats": json.dumps(stats)}})
+        stats = {
+            "numRecords": rows_per_file,
+            "minValues": {"id": first},
+            "maxValues": {"id": first + rows_per_file - 1},
+            "nullCount": {"id": 0, "value": 0, "qty": 0, "category": 0},
+        }
+        adds.append(
+            {
+                "add": {
+                    "path": name,
+                    "partitionValues": {},
+                    "size": size,
+                    "modificationTime": 1_700_000_000_000,
+                    "dataChange": True,
+                    "stats": json.dumps(stats),
+                }
+            }
+        )
         total_rows += rows_per_file
         total_bytes += size
         value_sum += float(values.sum())
-    schema = {"type": "struct", "fields": [
-        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
-        {"name": "value", "type": "double", "nullable": True, "metadata": {}},
-        {"name": "qty", "type": "integer", "nullable": True, "metadata": {}},
-        {"name": "category", "type": "string", "nullable": True, "metadata": {}},
-    ]}
-    actions = [{"commitInfo": {"timestamp": 1_700_000_000_000, "operation": "WRITE"}},
-               {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
-               {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-                             "schemaString": json.dumps(schema), "partitionColumns": [], "configuration": {},
-                             "createdTime": 1_700_000_000_000}}, *adds]
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "value", "type": "double", "nullable": True, "metadata": {}},
+            {"name": "qty", "type": "integer", "nullable": True, "metadata": {}},
+            {"name": "category", "type": "string", "nullable": True, "metadata": {}},
+        ],
+    }
+    actions = [
+        {"commitInfo": {"timestamp": 1_700_000_000_000, "operation": "WRITE"}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {
+            "metaData": {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": [],
+                "configuration": {},
+                "createdTime": 1_700_000_000_000,
+            }
+        },
+        *adds,
+    ]
     (path / "_delta_log" / f"{0:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
-    info = {"params": wanted, "rows": total_rows, "bytes": total_bytes, "value_sum": value_sum,
-            "build_seconds": round(time.perf_counter() - t0, 1)}
+    info = {
+        "params": wanted,
+        "rows": total_rows,
+        "bytes": total_bytes,
+        "value_sum": value_sum,
+        "build_seconds": round(time.perf_counter() - t0, 1),
+    }
     marker.write_text(json.dumps(info))
     return info
 
@@ -110,27 +147,51 @@ def build_dv_table(source: Path, path: Path, info: dict) -> dict:
     for data in source.glob("*.parquet"):
         os.link(data, path / data.name)
     shutil.copy(source / "_delta_log" / f"{0:020d}.json", path / "_delta_log")
-    adds = [json.loads(line)["add"] for line in (path / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
-            if "add" in json.loads(line)]
-    chosen = adds[:: 10][: max(1, len(adds) // 10)]
+    adds = [
+        json.loads(line)["add"]
+        for line in (path / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+        if "add" in json.loads(line)
+    ]
+    chosen = adds[::10][: max(1, len(adds) // 10)]
     rng = np.random.default_rng(11)
     rows_per_file = json.loads(chosen[0]["stats"])["numRecords"]
     row_sets = [np.sort(rng.choice(rows_per_file, rows_per_file // 100, replace=False)) for _ in chosen]
     descriptors = write_dv_file_many(path, row_sets)
     deleted, deleted_sum = 0, 0.0
-    actions = [{"commitInfo": {"timestamp": 1_700_000_100_000, "operation": "DELETE"}},
-               {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
-                             "writerFeatures": ["deletionVectors"]}}]
+    actions = [
+        {"commitInfo": {"timestamp": 1_700_000_100_000, "operation": "DELETE"}},
+        {
+            "protocol": {
+                "minReaderVersion": 3,
+                "minWriterVersion": 7,
+                "readerFeatures": ["deletionVectors"],
+                "writerFeatures": ["deletionVectors"],
+            }
+        },
+    ]
     for add, rows, dv in zip(chosen, row_sets, descriptors):
         values = pq.read_table(path / add["path"], columns=["value"]).column("value").to_numpy()
         deleted += len(rows)
         deleted_sum += float(values[rows].sum())
-        actions.append({"remove": {"path": add["path"], "deletionTimestamp": 1_700_000_100_000, "dataChange": True,
-                                   "size": add["size"], "partitionValues": {}}})
+        actions.append(
+            {
+                "remove": {
+                    "path": add["path"],
+                    "deletionTimestamp": 1_700_000_100_000,
+                    "dataChange": True,
+                    "size": add["size"],
+                    "partitionValues": {},
+                }
+            }
+        )
         actions.append({"add": {**add, "modificationTime": 1_700_000_100_000, "deletionVector": dv.to_dict()}})
     (path / "_delta_log" / f"{1:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
-    result = {"source": info, "rows": info["rows"] - deleted, "value_sum": info["value_sum"] - deleted_sum,
-              "dv_files": len(chosen)}
+    result = {
+        "source": info,
+        "rows": info["rows"] - deleted,
+        "value_sum": info["value_sum"] - deleted_sum,
+        "dv_files": len(chosen),
+    }
     marker.write_text(json.dumps(result))
     return result
 
@@ -139,12 +200,30 @@ class Server(ServeProcess):
     """``deltaport serve`` in its own process, sharing the tables as ``b.d.<name>`` without auth."""
 
     def __init__(self, tables: dict[str, Path], workdir: Path) -> None:
-        super().__init__({"version": 1, "preSignedUrlTimeoutSeconds": 3600, "shares": [
-            {"name": "b", "schemas": [{"name": "d", "tables": [
-                {"name": name, "location": str(table)} for name, table in tables.items()]}]}]}, workdir)
+        super().__init__(
+            {
+                "version": 1,
+                "preSignedUrlTimeoutSeconds": 3600,
+                "shares": [
+                    {
+                        "name": "b",
+                        "schemas": [
+                            {
+                                "name": "d",
+                                "tables": [{"name": name, "location": str(table)} for name, table in tables.items()],
+                            }
+                        ],
+                    }
+                ],
+            },
+            workdir,
+        )
         self.profile = workdir / "bench.share"
-        self.profile.write_text(json.dumps({"shareCredentialsVersion": 1, "bearerToken": "unused",
-                                            "endpoint": f"{self.base}/delta-sharing"}))
+        self.profile.write_text(
+            json.dumps(
+                {"shareCredentialsVersion": 1, "bearerToken": "unused", "endpoint": f"{self.base}/delta-sharing"}
+            )
+        )
 
     def cpu_seconds(self) -> float:
         import psutil
@@ -206,9 +285,11 @@ def measure_fetch(spark, url: str, cache: Path, server: Server, size_bytes: int)
     fetch = staged.fetched
     mb_s = fetch.bytes / (1 << 20) / fetch.seconds
     verdict = "meets" if mb_s >= FETCH_TARGET_MB_S else "misses"
-    return (f"fetch: {fetch.files} files, {fetch.bytes / (1 << 20):.0f} MiB in {fetch.seconds:.2f} s = {mb_s:.0f} MiB/s "
-            f"({verdict} >= {FETCH_TARGET_MB_S}); whole stage() {seconds:.2f} s; CPU: server {server_cpu:.2f} s, "
-            f"driver {own_cpu:.2f} s; size on disk {size_bytes / (1 << 20):.0f} MiB")
+    return (
+        f"fetch: {fetch.files} files, {fetch.bytes / (1 << 20):.0f} MiB in {fetch.seconds:.2f} s = {mb_s:.0f} MiB/s "
+        f"({verdict} >= {FETCH_TARGET_MB_S}); whole stage() {seconds:.2f} s; CPU: server {server_cpu:.2f} s, "
+        f"driver {own_cpu:.2f} s; size on disk {size_bytes / (1 << 20):.0f} MiB"
+    )
 
 
 def main() -> None:
@@ -228,17 +309,26 @@ def main() -> None:
     info = build_table(table, args.size_mb, args.files)
     dv_table = workdir / f"table-{args.size_mb}mb-{args.files}-dv"
     dv_info = build_dv_table(table, dv_table, info)
-    print(f"table: {args.files} files, {info['bytes'] / (1 << 20):.0f} MiB, {info['rows']:,} rows ({table}); "
-          f"DV table: {dv_info['dv_files']} files with deletion vectors", flush=True)
+    print(
+        f"table: {args.files} files, {info['bytes'] / (1 << 20):.0f} MiB, {info['rows']:,} rows ({table}); "
+        f"DV table: {dv_info['dv_files']} files with deletion vectors",
+        flush=True,
+    )
 
     from pyspark.sql import SparkSession
 
     from deltaport.spark import read_table, register
 
     server = Server({"t": table, "dv": dv_table}, workdir)
-    spark = (SparkSession.builder.master("local[2]").appName("deltaport-spark-read-benchmark")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "4g").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("deltaport-spark-read-benchmark")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     cache = workdir / "staging"
@@ -251,7 +341,7 @@ def main() -> None:
             shutil.rmtree(cache, ignore_errors=True)
 
         def staged(target: str):
-            return lambda query: (lambda: query(read_table(spark, target, stagingLocation=str(cache))))
+            return lambda query: lambda: query(read_table(spark, target, stagingLocation=str(cache)))
 
         for query_name, query in (("count+sum", count_and_sum), ("full-row scan", full_scan), ("group-by", group_by)):
             bench.case(f"{query_name}, parquet", lambda q=query: q(local))
@@ -287,8 +377,10 @@ def report(bench: Bench, info: dict, dv_info: dict, fetch_line: str) -> None:
         print(f"{name:>40} / parquet = {ratio:5.2f}x  ({'meets' if ratio <= target else 'misses'} <= {target}x)")
     dv_ratio = bench.best("DV table count+sum, first read") / bench.best("count+sum, first read (same run as DV)")
     dv_cached = bench.best("DV table count+sum, cached") / bench.best("count+sum, cached")
-    print(f"DV table / same table without DVs: first read {dv_ratio:.2f}x, cached {dv_cached:.2f}x "
-          f"({'meets' if dv_ratio <= DV_TARGET else 'misses'} <= {DV_TARGET}x on the first read)")
+    print(
+        f"DV table / same table without DVs: first read {dv_ratio:.2f}x, cached {dv_cached:.2f}x "
+        f"({'meets' if dv_ratio <= DV_TARGET else 'misses'} <= {DV_TARGET}x on the first read)"
+    )
     for query in ("count+sum", "full-row scan"):
         name = f"{query}, deltaSharing (Python data source)"
         if name in bench.times:

@@ -5,8 +5,12 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"  # Spark starts its Python workers as python3 from PATH
 export SPARK_LOCAL_IP=127.0.0.1
+export DELTAPORT_NO_SKIPS=${DELTAPORT_NO_SKIPS:-1}  # a missing dependency or service fails the run
 export DELTAPORT_SHARED=${DELTAPORT_SHARED:-$(cd .. && pwd)/shared}
 .venv/bin/lint-imports
+.venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff format --check src tests benchmarks
+.venv/bin/mypy
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

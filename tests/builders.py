@@ -16,8 +16,9 @@ import datetime as _dt
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
@@ -306,7 +307,7 @@ def write_dv_commit(
     commit_info = {
         "timestamp": now,
         "operation": "DELETE",
-        "operationParameters": {"predicate": "[\"deletion vector written by test builder\"]"},
+        "operationParameters": {"predicate": '["deletion vector written by test builder"]'},
         "operationMetrics": {"numDeletionVectorsAdded": 1, "numDeletedRows": len(wanted)},
         "engineInfo": "deltaport-tests",
     }

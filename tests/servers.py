@@ -58,7 +58,8 @@ class MotoServer:
         exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
         self.proc = subprocess.Popen(
             [exe, "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         _wait_for(lambda: httpx.get(self.endpoint, timeout=1) is not None, self.proc, "moto_server")
 
@@ -68,12 +69,23 @@ class MotoServer:
     def client(self):
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-                            aws_secret_access_key=self.secret_key, region_name=self.region)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+        )
 
     def storage_options(self) -> dict:
-        return {"endpoint": self.endpoint, "access_key_id": self.access_key, "secret_access_key": self.secret_key,
-                "region": self.region, "allow_http": True, "virtual_hosted_style_request": False}
+        return {
+            "endpoint": self.endpoint,
+            "access_key_id": self.access_key,
+            "secret_access_key": self.secret_key,
+            "region": self.region,
+            "allow_http": True,
+            "virtual_hosted_style_request": False,
+        }
 
     def upload_dir(self, bucket: str, prefix: str, local: Path) -> str:
         client = self.client()
@@ -131,17 +143,41 @@ class AzuriteServer:
             if npm is None:
                 raise RuntimeError("npm is needed to install Azurite for the Azure tests")
             cache.mkdir(parents=True, exist_ok=True)
-            subprocess.run([npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", "--silent",
-                            f"azurite@{AZURITE_VERSION}"], check=True, timeout=600)
+            subprocess.run(
+                [
+                    npm,
+                    "install",
+                    "--prefix",
+                    str(cache),
+                    "--no-audit",
+                    "--no-fund",
+                    "--silent",
+                    f"azurite@{AZURITE_VERSION}",
+                ],
+                check=True,
+                timeout=600,
+            )
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}/{self.account}"
         self.proc = subprocess.Popen(
-            [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(workdir),
-             "--silent", "--disableTelemetry", "--skipApiVersionCheck"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                str(exe),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(self.port),
+                "--location",
+                str(workdir),
+                "--silent",
+                "--disableTelemetry",
+                "--skipApiVersionCheck",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-        _wait_for(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() is None,
-                  self.proc, "Azurite")
+        _wait_for(
+            lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() is None, self.proc, "Azurite"
+        )
 
     def stop(self) -> None:
         _stop(self.proc)
@@ -149,13 +185,14 @@ class AzuriteServer:
     def service(self):
         from azure.storage.blob import BlobServiceClient
 
-        conn = (f"DefaultEndpointsProtocol=http;AccountName={self.account};AccountKey={AZURITE_KEY};"
-                f"BlobEndpoint={self.endpoint};")
+        conn = (
+            f"DefaultEndpointsProtocol=http;AccountName={self.account};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={self.endpoint};"
+        )
         return BlobServiceClient.from_connection_string(conn)
 
     def storage_options(self) -> dict:
-        return {"account_name": self.account, "account_key": AZURITE_KEY, "endpoint": self.endpoint,
-                "allow_http": True}
+        return {"account_name": self.account, "account_key": AZURITE_KEY, "endpoint": self.endpoint, "allow_http": True}
 
     def upload_dir(self, container: str, prefix: str, local: Path) -> str:
         svc = self.service()

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
-
 from builders import (
     DV_TABLE_ALL_IDS,
     DV_TABLE_DELETED_IDS,
@@ -25,6 +23,8 @@ from builders import (
     many_commits_delete_versions,
     write_dv_commit,
 )
+from deltalake import DeltaTable
+
 from deltaport.dv import DeletionVectorDescriptor, local_read_range, read_dv
 
 

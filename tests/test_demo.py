@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 from urllib.parse import unquote
 
+import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-deltalake = pytest.importorskip("deltalake")
 
 from deltaport.delta import DeltaTable, SnapshotCache  # noqa: E402
 from deltaport.demo import (  # noqa: E402
@@ -120,7 +119,7 @@ def _deltalake_deleted(path: str, version: int) -> dict[str, list[int]]:
     out = {}
     for uri, keep in zip(dvs.column("filepath").to_pylist(), dvs.column("selection_vector").to_pylist()):
         assert uri.startswith(prefix)
-        out[unquote(uri[len(prefix):])] = [i for i, k in enumerate(keep) if not k]
+        out[unquote(uri[len(prefix) :])] = [i for i, k in enumerate(keep) if not k]
     return out
 
 
@@ -172,19 +171,33 @@ def test_commit_files(tables, name):
                 assert set(stats) >= {"numRecords", "minValues", "maxValues", "nullCount"}
             if "remove" in action:
                 remove = action["remove"]
-                assert set(remove) >= {"path", "deletionTimestamp", "dataChange", "extendedFileMetadata",
-                                       "partitionValues", "size"}
+                assert set(remove) >= {
+                    "path",
+                    "deletionTimestamp",
+                    "dataChange",
+                    "extendedFileMetadata",
+                    "partitionValues",
+                    "size",
+                }
                 assert remove["deletionTimestamp"] == info["timestamp"]
     metadata = commits[0][2]["metaData"]
     assert metadata["createdTime"] == T0
     schema = json.loads(metadata["schemaString"])
     types = [(f["name"], f["type"]) for f in schema["fields"]]
-    assert types == {
-        "sales": [("order_id", "long"), ("region", "string"), ("amount", "double"), ("order_date", "date"),
-                  ("ts", "timestamp")],
-        "events_cdf": [("id", "long"), ("name", "string"), ("score", "integer")],
-        "customers_dv": [("id", "long"), ("name", "string"), ("country", "string")],
-    }[name]
+    assert (
+        types
+        == {
+            "sales": [
+                ("order_id", "long"),
+                ("region", "string"),
+                ("amount", "double"),
+                ("order_date", "date"),
+                ("ts", "timestamp"),
+            ],
+            "events_cdf": [("id", "long"), ("name", "string"), ("score", "integer")],
+            "customers_dv": [("id", "long"), ("name", "string"), ("country", "string")],
+        }[name]
+    )
     assert not list((Path(tables[name]) / "_delta_log").glob(".*"))  # no temp files left
 
 
@@ -194,7 +207,12 @@ def test_commit_files(tables, name):
 def test_sales_partitions_and_stats(tables):
     path = Path(tables["sales"])
     assert {p.name for p in path.iterdir() if p.is_dir()} == {
-        "_delta_log", "region=europe", "region=north america", "region=asia%2Fpacific", "region=latam"}
+        "_delta_log",
+        "region=europe",
+        "region=north america",
+        "region=asia%2Fpacific",
+        "region=latam",
+    }
     adds = [a["add"] for a in _commits(str(path))[0] if "add" in a]
     by_region = {a["partitionValues"]["region"]: a for a in adds}
     assert by_region["asia/pacific"]["path"].startswith("region=asia%252Fpacific/part-")
@@ -206,10 +224,18 @@ def test_sales_partitions_and_stats(tables):
     stats = json.loads(by_region["europe"]["stats"])
     assert stats == {
         "numRecords": len(europe),
-        "minValues": {"order_id": 4, "amount": min(r["amount"] for r in europe if r["amount"] is not None),
-                      "order_date": "2024-01-02", "ts": "2024-01-02T12:28:00.000Z"},
-        "maxValues": {"order_id": 200, "amount": max(r["amount"] for r in europe if r["amount"] is not None),
-                      "order_date": "2024-02-20", "ts": "2024-02-20T08:20:00.000Z"},
+        "minValues": {
+            "order_id": 4,
+            "amount": min(r["amount"] for r in europe if r["amount"] is not None),
+            "order_date": "2024-01-02",
+            "ts": "2024-01-02T12:28:00.000Z",
+        },
+        "maxValues": {
+            "order_id": 200,
+            "amount": max(r["amount"] for r in europe if r["amount"] is not None),
+            "order_date": "2024-02-20",
+            "ts": "2024-02-20T08:20:00.000Z",
+        },
         "nullCount": {"order_id": 0, "amount": 2, "order_date": 0, "ts": 0},
     }
     removes = [a["remove"] for a in _commits(str(path))[2] if "remove" in a]
@@ -260,8 +286,12 @@ def test_cdf_files_in_our_engine(tables):
 
 def test_deletion_vectors(tables):
     path = tables["customers_dv"]
-    assert protocol_of(path) == {"minReaderVersion": 3, "minWriterVersion": 7,
-                                 "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}
+    assert protocol_of(path) == {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["deletionVectors"],
+        "writerFeatures": ["deletionVectors"],
+    }
     adds0 = [a["add"] for a in _commits(path)[0] if "add" in a]
     first, second = sorted(adds0, key=lambda a: json.loads(a["stats"])["minValues"]["id"])
     assert pq.read_table(Path(path) / first["path"]).column("id").to_pylist() == list(range(1, 11))
@@ -356,8 +386,13 @@ def test_partition_values_round_trip(tmp_path):
     schema = pa.schema([("id", pa.int64()), ("part", pa.string()), ("day", pa.date32())])
     values = ["a b", "x:y/z", "50%", None, "é", "q?#"]
     rows = [{"id": i, "part": v, "day": dt.date(2024, 5, 1 + i % 2)} for i, v in enumerate(values)]
-    w = _TableWriter(tmp_path / "t", schema, partition_by=["part", "day"], seed=7,
-                     protocol={"minReaderVersion": 1, "minWriterVersion": 2})
+    w = _TableWriter(
+        tmp_path / "t",
+        schema,
+        partition_by=["part", "day"],
+        seed=7,
+        protocol={"minReaderVersion": 1, "minWriterVersion": 2},
+    )
     w.commit("WRITE", w.add(pa.Table.from_pylist(rows, schema)))
     path = str(tmp_path / "t")
     adds = [a["add"] for a in _commits(path)[0] if "add" in a]
@@ -372,8 +407,9 @@ def test_partition_values_round_trip(tmp_path):
     assert by_id[1]["path"].startswith("part=x%253Ay%252Fz/day=2024-05-02/")
     assert by_id[0]["path"].startswith("part=a%20b/day=2024-05-01/")
     dl = deltalake.DeltaTable(path)
-    assert sorted(pa.table(dl.get_add_actions(flatten=True)).column("path").to_pylist()) == \
-        sorted(DeltaTable(path, cache=SnapshotCache()).snapshot().files().column("path").to_pylist())
+    assert sorted(pa.table(dl.get_add_actions(flatten=True)).column("path").to_pylist()) == sorted(
+        DeltaTable(path, cache=SnapshotCache()).snapshot().files().column("path").to_pylist()
+    )
     got = sorted(_plain(pa.table(dl.scan())).select(["id", "part", "day"]).to_pylist(), key=lambda r: r["id"])
     assert got == rows
 

@@ -17,8 +17,16 @@ DELTAPORT = str(Path(sys.executable).parent / "deltaport")
 
 
 def _config(tmp_path: Path, **extra) -> Path:
-    cfg = {"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [
-        {"name": "t", "location": str(TABLES / "basic_partitioned")}]}]}], **extra}
+    cfg = {
+        "version": 1,
+        "shares": [
+            {
+                "name": "s",
+                "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(TABLES / "basic_partitioned")}]}],
+            }
+        ],
+        **extra,
+    }
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -38,8 +46,12 @@ def test_host_and_port_options_override_the_config(tmp_path):
     port, config_port = free_port(), free_port()
     # the config's host is an address this machine does not have: serving there would fail to bind
     path = _config(tmp_path, host="203.0.113.7", port=config_port)
-    proc = subprocess.Popen([DELTAPORT, "serve", "--config", str(path), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [DELTAPORT, "serve", "--config", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.time() + 30
         while True:
@@ -48,7 +60,7 @@ def test_host_and_port_options_override_the_config(tmp_path):
                 break
             except httpx.HTTPError:
                 if proc.poll() is not None or time.time() > deadline:
-                    raise AssertionError(f"the server did not come up on port {port}")
+                    raise AssertionError(f"the server did not come up on port {port}") from None
                 time.sleep(0.2)
         assert r.status_code == 200 and r.json() == {"status": "ok", "shares": 1}
         r = httpx.get(f"http://127.0.0.1:{port}/delta-sharing/shares")
@@ -64,12 +76,18 @@ def test_host_and_port_options_override_the_config(tmp_path):
 
 def test_a_missing_certificate_file_stops_serve_in_one_line(tmp_path):
     missing = tmp_path / "missing.crt"
-    path = _config(tmp_path, host="127.0.0.1", port=1,
-                   ssl={"certificateFile": str(missing), "certificateKeyFile": str(tmp_path / "k.pem")})
+    path = _config(
+        tmp_path,
+        host="127.0.0.1",
+        port=1,
+        ssl={"certificateFile": str(missing), "certificateKeyFile": str(tmp_path / "k.pem")},
+    )
     out = subprocess.run([DELTAPORT, "serve", "--config", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
-    assert out.stderr.strip() == (f"error: 'certificateFile' in 'ssl' names {missing}, which cannot be read "
-                                  "(No such file or directory): fix the path or the file's permissions")
+    assert out.stderr.strip() == (
+        f"error: 'certificateFile' in 'ssl' names {missing}, which cannot be read "
+        "(No such file or directory): fix the path or the file's permissions"
+    )
 
 
 def _children(pid: int) -> list[int]:
@@ -97,8 +115,11 @@ def test_the_keying_worker_starts_and_stops_with_the_server(tmp_path):
 
     port = free_port()
     path = _config(tmp_path, host="127.0.0.1", port=port)
-    proc = subprocess.Popen([DELTAPORT, "serve", "--config", str(path), "--keying-processes", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [DELTAPORT, "serve", "--config", str(path), "--keying-processes", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 30
         while not (_listening(port) and _children(proc.pid)):
@@ -117,6 +138,10 @@ def test_the_keying_worker_starts_and_stops_with_the_server(tmp_path):
 
 
 def test_a_negative_number_of_keying_processes_is_refused(tmp_path):
-    out = subprocess.run([DELTAPORT, "serve", "--config", str(_config(tmp_path)), "--keying-processes", "-1"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [DELTAPORT, "serve", "--config", str(_config(tmp_path)), "--keying-processes", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "--keying-processes" in out.stderr

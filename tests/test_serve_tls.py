@@ -19,20 +19,36 @@ def test_serve_self_signed_https(tmp_path):
     from servers import free_port
 
     port = free_port()
-    cfg = {"version": 1, "host": "127.0.0.1", "port": port, "ssl": {"selfSigned": True},
-           "authorization": {"bearerToken": "tls-token"},
-           "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [
-               {"name": "t", "location": str(TABLES / "basic_partitioned")}]}]}]}
+    cfg = {
+        "version": 1,
+        "host": "127.0.0.1",
+        "port": port,
+        "ssl": {"selfSigned": True},
+        "authorization": {"bearerToken": "tls-token"},
+        "shares": [
+            {
+                "name": "s",
+                "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(TABLES / "basic_partitioned")}]}],
+            }
+        ],
+    }
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "deltaport"), "serve", "--config", str(path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "deltaport"), "serve", "--config", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 30
         while True:
             try:
-                r = httpx.get(f"https://127.0.0.1:{port}/delta-sharing/shares", verify=False,
-                              headers={"Authorization": "Bearer tls-token"}, timeout=2)
+                r = httpx.get(
+                    f"https://127.0.0.1:{port}/delta-sharing/shares",
+                    verify=False,
+                    headers={"Authorization": "Bearer tls-token"},
+                    timeout=2,
+                )
                 break
             except httpx.HTTPError:
                 if time.time() > deadline:
@@ -49,7 +65,11 @@ def test_serve_self_signed_https(tmp_path):
 def test_serve_refuses_a_bad_config_in_one_line(tmp_path):
     path = tmp_path / "server.yaml"
     path.write_text("version: 1\nshares:\n- schemas: []\n")
-    out = subprocess.run([str(Path(sys.executable).parent / "deltaport"), "serve", "--config", str(path)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "deltaport"), "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "'name' in a share must be provided" in out.stderr
     assert "Traceback" not in out.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import orjson
 import typer
@@ -67,7 +67,7 @@ def inspect(
             except ValueError:
                 _fail(ValueError(f"--changes takes FROM or FROM..TO (versions), not {changes!r}"))
             for change in dt.changes(start, end):
-                header = {"version": change.version, "timestamp": change.timestamp}
+                header: dict[str, Any] = {"version": change.version, "timestamp": change.timestamp}
                 if change.commit_info is not None:
                     header["operation"] = change.commit_info.operation
                 typer.echo(_json({"commit": header}))
@@ -97,15 +97,23 @@ def inspect(
 
 @app.command()
 def serve(
-    config: str = typer.Option(..., "--config", "-c", help="Server config YAML (the reference server's format, "
-                               "plus an optional recipients list)."),
+    config: str = typer.Option(
+        ...,
+        "--config",
+        "-c",
+        help="Server config YAML (the reference server's format, plus an optional recipients list).",
+    ),
     host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default: the config's host)."),
     port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (default: the config's port)."),
     keying_processes: Optional[int] = typer.Option(
-        None, "--keying-processes", min=0, max=16,
+        None,
+        "--keying-processes",
+        min=0,
+        max=16,
         help="Worker processes that hash file ids and sign URLs for large /query responses beside the "
-             "server process (default: 1 when the machine has 2 or more CPUs, else 0; 0 keeps that work "
-             "in the server process)."),
+        "server process (default: 1 when the machine has 2 or more CPUs, else 0; 0 keeps that work "
+        "in the server process).",
+    ),
 ) -> None:
     """Serve the shares of a config file over the Delta Sharing protocol."""
     from deltaport.errors import DeltaportError
@@ -117,16 +125,24 @@ def serve(
         _fail(exc)
     if keying_processes is None:
         keying_processes = 1 if (os.cpu_count() or 1) >= 2 else 0
-    _run(create_app(cfg, keying_processes=keying_processes), host or cfg.host, port if port is not None else cfg.port,
-         cfg)
+    _run(
+        create_app(cfg, keying_processes=keying_processes),
+        host or cfg.host,
+        port if port is not None else cfg.port,
+        cfg,
+    )
 
 
 @app.command()
 def demo(
     directory: str = typer.Argument(".demo", help="Where to write the demo tables, config and profile."),
     port: int = typer.Option(8080, "--port", "-p", help="Port to serve on."),
-    read_back: bool = typer.Option(False, "--read-back", help="Serve, read every table back through the Delta "
-                                   "Sharing protocol, print what came back, and stop (instead of serving on)."),
+    read_back: bool = typer.Option(
+        False,
+        "--read-back",
+        help="Serve, read every table back through the Delta "
+        "Sharing protocol, print what came back, and stop (instead of serving on).",
+    ),
 ) -> None:
     """Build sample tables (partitioned, change data feed, deletion vectors), write a server config and a
     recipient profile for them, and serve them."""
@@ -143,19 +159,33 @@ def demo(
     token = secrets.token_urlsafe(24)
     config = {
         "version": 1,
-        "shares": [{"name": "demo", "schemas": [{"name": "default", "tables": [
-            {"name": name, "location": path, "id": f"demo-{name}", "historyShared": True}
-            for name, path in tables.items()]}]}],
+        "shares": [
+            {
+                "name": "demo",
+                "schemas": [
+                    {
+                        "name": "default",
+                        "tables": [
+                            {"name": name, "location": path, "id": f"demo-{name}", "historyShared": True}
+                            for name, path in tables.items()
+                        ],
+                    }
+                ],
+            }
+        ],
         "recipients": [{"name": "demo-recipient", "tokens": [token], "shares": ["demo"]}],
         "host": "127.0.0.1",
         "port": port,
     }
     (root / "server.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     profile = root / "demo.share"
-    profile.write_text(_json({"shareCredentialsVersion": 1, "endpoint": f"http://127.0.0.1:{port}/delta-sharing",
-                              "bearerToken": token}))
+    profile.write_text(
+        _json(
+            {"shareCredentialsVersion": 1, "endpoint": f"http://127.0.0.1:{port}/delta-sharing", "bearerToken": token}
+        )
+    )
     profile.chmod(0o600)
-    for name, path in tables.items():
+    for name in tables:
         typer.echo(f"table {name:13s} {DEMO_TABLES[name]}")
     typer.echo(f"config  {root / 'server.yaml'}\nprofile {profile}")
     cfg = parse_config(config)
@@ -171,8 +201,9 @@ def _demo_read_back(application, port: int, profile: str, names: list[str]) -> N
 
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20
@@ -192,8 +223,9 @@ def _demo_read_back(application, port: int, profile: str, names: list[str]) -> N
             df = delta_sharing.load_as_pandas(url, progress=False)
             typer.echo(f"\n{name}: {len(df)} rows, version {delta_sharing.get_table_version(url)}")
             typer.echo(df.head(3).to_string(index=False))
-        changes = delta_sharing.load_table_changes_as_pandas(f"{profile}#demo.default.events_cdf", starting_version=1,
-                                                             progress=False)
+        changes = delta_sharing.load_table_changes_as_pandas(
+            f"{profile}#demo.default.events_cdf", starting_version=1, progress=False
+        )
         typer.echo("\nevents_cdf changes since version 1:")
         typer.echo(changes.groupby(["_commit_version", "_change_type"]).size().to_string())
         _demo_spark_pipeline(profile)
@@ -205,7 +237,6 @@ def _demo_read_back(application, port: int, profile: str, names: list[str]) -> N
 def _demo_spark_pipeline(profile: str) -> None:
     """Read a shared table and its change feed in PySpark, transform, write the result."""
     import os
-    import sys
     from pathlib import Path
 
     try:
@@ -221,20 +252,29 @@ def _demo_spark_pipeline(profile: str) -> None:
     out = Path(profile).parent / "output"
     staging = str(Path(profile).parent / "staging")
     typer.echo(f"\nPySpark pipeline (files staged in {staging}, read by Spark's parquet reader, no JVM jar):")
-    spark = (SparkSession.builder.master("local[2]").appName("deltaport-demo")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("deltaport-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     try:
         sales = read_table(spark, f"{profile}#demo.default.sales", stagingLocation=staging)
-        by_region = (sales.where(F.col("amount").isNotNull())
-                     .groupBy("region").agg(F.count("*").alias("orders"), F.round(F.sum("amount"), 2).alias("revenue"))
-                     .orderBy(F.desc("revenue")))
+        by_region = (
+            sales.where(F.col("amount").isNotNull())
+            .groupBy("region")
+            .agg(F.count("*").alias("orders"), F.round(F.sum("amount"), 2).alias("revenue"))
+            .orderBy(F.desc("revenue"))
+        )
         by_region.write.mode("overwrite").parquet(str(out / "sales_by_region"))
         typer.echo(f"sales by region -> {out / 'sales_by_region'}")
         for row in by_region.collect():
             typer.echo(f"  {row['region']:15s} {row['orders']:5d} orders  {row['revenue']:10.2f}")
-        feed = read_table(spark, f"{profile}#demo.default.events_cdf", stagingLocation=staging, readChangeFeed=True,
-                          startingVersion=1)
+        feed = read_table(
+            spark, f"{profile}#demo.default.events_cdf", stagingLocation=staging, readChangeFeed=True, startingVersion=1
+        )
         summary = feed.groupBy("_commit_version", "_change_type").count().orderBy("_commit_version", "_change_type")
         summary.write.mode("overwrite").parquet(str(out / "events_changes"))
         typer.echo(f"events change feed by version -> {out / 'events_changes'}")
@@ -268,7 +308,7 @@ def _run(application, host: str, port: int, cfg) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    ssl = {}
+    ssl: dict[str, Any] = {}
     if cfg.ssl is not None and cfg.ssl.self_signed:
         import tempfile
         from pathlib import Path
@@ -327,4 +367,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -14,9 +14,10 @@ import os
 import random
 import shutil
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -40,14 +41,22 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 ENGINE_INFO = "deltaport-demo"
 
 # Characters Spark escapes as %XX in partition directory names (ExternalCatalogUtils).
-_SPARK_ESCAPED = frozenset(map(chr, range(1, 32))) | frozenset('"#%\'*/:=?\\\x7f{[]^')
+_SPARK_ESCAPED = frozenset(map(chr, range(1, 32))) | frozenset("\"#%'*/:=?\\\x7f{[]^")
 # Characters java.net.URI leaves as they are in a path: Delta stores file paths as URI strings.
 _URI_SAFE = "/-_.!~*'();:@&=+$,"
 
 _DELTA_TYPES = {
-    pa.int8(): "byte", pa.int16(): "short", pa.int32(): "integer", pa.int64(): "long",
-    pa.float32(): "float", pa.float64(): "double", pa.bool_(): "boolean", pa.string(): "string",
-    pa.binary(): "binary", pa.date32(): "date", pa.timestamp("us", tz="UTC"): "timestamp",
+    pa.int8(): "byte",
+    pa.int16(): "short",
+    pa.int32(): "integer",
+    pa.int64(): "long",
+    pa.float32(): "float",
+    pa.float64(): "double",
+    pa.bool_(): "boolean",
+    pa.string(): "string",
+    pa.binary(): "binary",
+    pa.date32(): "date",
+    pa.timestamp("us", tz="UTC"): "timestamp",
 }
 _STRING_STATS_LIMIT = 32  # Spark truncates longer strings in stats; this writer leaves them out
 
@@ -83,9 +92,11 @@ def partition_string(value: Any) -> str | None:
 
 def partition_dir(columns: Sequence[str], values: Mapping[str, str | None]) -> str:
     """Hive-style ``col=value/...`` directory of one partition (unescaped on-disk name)."""
-    return "/".join(
-        f"{escape_path_name(c)}={HIVE_NULL if values[c] is None else escape_path_name(values[c])}" for c in columns
-    )
+
+    def folder_value(value: str | None) -> str:
+        return HIVE_NULL if value is None else escape_path_name(value)
+
+    return "/".join(f"{escape_path_name(c)}={folder_value(values[c])}" for c in columns)
 
 
 def _stat_value(value: Any, round_up: bool = False) -> Any:
@@ -105,8 +116,13 @@ def file_stats(rows: pa.Table, tight_bounds: bool | None = None) -> str:
     for name, column in zip(rows.column_names, rows.columns):
         nulls[name] = column.null_count
         t = column.type
-        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
-                or pa.types.is_date(t) or pa.types.is_timestamp(t)):
+        if not (
+            pa.types.is_integer(t)
+            or pa.types.is_floating(t)
+            or pa.types.is_string(t)
+            or pa.types.is_date(t)
+            or pa.types.is_timestamp(t)
+        ):
             continue
         extremes = pc.min_max(column)
         low, high = extremes["min"].as_py(), extremes["max"].as_py()
@@ -156,9 +172,16 @@ class _TableWriter:
     version 0). File names come from a seeded RNG, commit timestamps from :data:`BASE_TIME_MS`.
     """
 
-    def __init__(self, path: Path, schema: pa.Schema, *, protocol: Mapping[str, Any],
-                 partition_by: Sequence[str] = (), configuration: Mapping[str, str] | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        schema: pa.Schema,
+        *,
+        protocol: Mapping[str, Any],
+        partition_by: Sequence[str] = (),
+        configuration: Mapping[str, str] | None = None,
+        seed: int = 0,
+    ) -> None:
         self.path = path
         self.schema = schema
         self.schema_string = schema_string(schema)  # refuses unsupported types before any write
@@ -196,8 +219,10 @@ class _TableWriter:
         if not self.partition_by:
             return [({}, rows)]
         keys = list(zip(*(map(partition_string, rows.column(c).to_pylist()) for c in self.partition_by)))
-        return [(dict(zip(self.partition_by, key)), rows.filter(pa.array([k == key for k in keys])))
-                for key in dict.fromkeys(keys)]
+        return [
+            (dict(zip(self.partition_by, key)), rows.filter(pa.array([k == key for k in keys])))
+            for key in dict.fromkeys(keys)
+        ]
 
     def add(self, rows: pa.Table) -> list[dict[str, Any]]:
         """Write ``rows`` as data files (one per partition); their add actions."""
@@ -206,16 +231,25 @@ class _TableWriter:
         for values, part in self._by_partition(rows):
             data = part.drop_columns(self.partition_by)
             path, size, mtime = self._write_parquet(data, partition_dir(self.partition_by, values), "part")
-            add = {"path": path, "partitionValues": values, "size": size, "modificationTime": mtime,
-                   "dataChange": True, "stats": file_stats(data, self.tight_bounds)}
+            add = {
+                "path": path,
+                "partitionValues": values,
+                "size": size,
+                "modificationTime": mtime,
+                "dataChange": True,
+                "stats": file_stats(data, self.tight_bounds),
+            }
             self.live[path] = _LiveFile(add, part)
             actions.append({"add": add})
         return actions
 
     def cdc(self, rows: pa.Table, change_types: Sequence[str]) -> list[dict[str, Any]]:
         """Write change rows (table columns + ``_change_type``) under ``_change_data``; cdc actions."""
-        rows = rows.select(self.schema.names).cast(self.schema).append_column(
-            "_change_type", pa.array(change_types, pa.string()))
+        rows = (
+            rows.select(self.schema.names)
+            .cast(self.schema)
+            .append_column("_change_type", pa.array(change_types, pa.string()))
+        )
         actions = []
         for values, part in self._by_partition(rows):
             folder = "/".join(filter(None, ["_change_data", partition_dir(self.partition_by, values)]))
@@ -226,8 +260,14 @@ class _TableWriter:
     def remove(self, path: str) -> dict[str, Any]:
         """The remove action of live file ``path`` (which stops being live)."""
         add = self.live.pop(path).add
-        remove = {"path": path, "deletionTimestamp": self.commit_time, "dataChange": True,
-                  "extendedFileMetadata": True, "partitionValues": add["partitionValues"], "size": add["size"]}
+        remove = {
+            "path": path,
+            "deletionTimestamp": self.commit_time,
+            "dataChange": True,
+            "extendedFileMetadata": True,
+            "partitionValues": add["partitionValues"],
+            "size": add["size"],
+        }
         if "deletionVector" in add:
             remove["deletionVector"] = add["deletionVector"]
         return {"remove": remove}
@@ -257,22 +297,43 @@ class _TableWriter:
         self.live[path] = _LiveFile(add, f.rows, deleted)
         return actions
 
-    def commit(self, operation: str, actions: Sequence[Mapping[str, Any]],
-               parameters: Mapping[str, Any] | None = None, metrics: Mapping[str, int] | None = None) -> int:
+    def commit(
+        self,
+        operation: str,
+        actions: Sequence[Mapping[str, Any]],
+        parameters: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, int] | None = None,
+    ) -> int:
         """Write the next commit: commitInfo, (protocol, metaData at version 0), ``actions``."""
-        counts = {f"num{name}": sum(kind in a for a in actions)
-                  for name, kind in (("AddedFiles", "add"), ("RemovedFiles", "remove"), ("AddedChangeFiles", "cdc"))}
-        info = {"timestamp": self.commit_time, "operation": operation, "operationParameters": dict(parameters or {}),
-                **({"readVersion": self.version} if self.version >= 0 else {}),
-                "isolationLevel": "Serializable", "isBlindAppend": all("add" in a for a in actions),
-                "operationMetrics": {k: str(v) for k, v in {**counts, **(metrics or {})}.items()},
-                "engineInfo": ENGINE_INFO}
+        counts = {
+            f"num{name}": sum(kind in a for a in actions)
+            for name, kind in (("AddedFiles", "add"), ("RemovedFiles", "remove"), ("AddedChangeFiles", "cdc"))
+        }
+        info = {
+            "timestamp": self.commit_time,
+            "operation": operation,
+            "operationParameters": dict(parameters or {}),
+            **({"readVersion": self.version} if self.version >= 0 else {}),
+            "isolationLevel": "Serializable",
+            "isBlindAppend": all("add" in a for a in actions),
+            "operationMetrics": {k: str(v) for k, v in {**counts, **(metrics or {})}.items()},
+            "engineInfo": ENGINE_INFO,
+        }
         head: list[Mapping[str, Any]] = [{"commitInfo": info}]
         if self.version < 0:
-            head += [{"protocol": self.protocol}, {"metaData": {
-                "id": self.table_id, "format": {"provider": "parquet", "options": {}}, "schemaString": self.schema_string,
-                "partitionColumns": self.partition_by, "configuration": self.configuration,
-                "createdTime": self.commit_time}}]
+            head += [
+                {"protocol": self.protocol},
+                {
+                    "metaData": {
+                        "id": self.table_id,
+                        "format": {"provider": "parquet", "options": {}},
+                        "schemaString": self.schema_string,
+                        "partitionColumns": self.partition_by,
+                        "configuration": self.configuration,
+                        "createdTime": self.commit_time,
+                    }
+                },
+            ]
         write_commit(self.path, self.version + 1, [*head, *actions])
         self.version += 1
         self._file_counts.clear()
@@ -281,8 +342,15 @@ class _TableWriter:
 
 # --- the demo tables --------------------------------------------------------------------------
 
-SALES_SCHEMA = pa.schema([("order_id", pa.int64()), ("region", pa.string()), ("amount", pa.float64()),
-                          ("order_date", pa.date32()), ("ts", pa.timestamp("us", tz="UTC"))])
+SALES_SCHEMA = pa.schema(
+    [
+        ("order_id", pa.int64()),
+        ("region", pa.string()),
+        ("amount", pa.float64()),
+        ("order_date", pa.date32()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
 SALES_REGIONS = ("europe", "north america", "asia/pacific", "latam")  # region = REGIONS[order_id % 4]
 EVENTS_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.int32())])
 CUSTOMERS_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("country", pa.string())])
@@ -294,50 +362,71 @@ def sales_rows(first: int, last: int) -> pa.Table:
     rows = []
     for i in range(first, last + 1):
         day = dt.date(2024, 1, 1) + dt.timedelta(days=i // 4)
-        rows.append({"order_id": i, "region": SALES_REGIONS[i % 4],
-                     "amount": None if i % 50 == 0 else round(5 + (i * 7919) % 20000 / 100, 2), "order_date": day,
-                     "ts": dt.datetime(day.year, day.month, day.day, 8 + i % 10, i * 7 % 60, tzinfo=dt.timezone.utc)})
+        rows.append(
+            {
+                "order_id": i,
+                "region": SALES_REGIONS[i % 4],
+                "amount": None if i % 50 == 0 else round(5 + (i * 7919) % 20000 / 100, 2),
+                "order_date": day,
+                "ts": dt.datetime(day.year, day.month, day.day, 8 + i % 10, i * 7 % 60, tzinfo=dt.timezone.utc),
+            }
+        )
     return pa.Table.from_pylist(rows, SALES_SCHEMA)
 
 
 def events_rows(ids: Iterable[int]) -> pa.Table:
     """Players ``ids`` with their initial scores (``id * 37 % 100``)."""
-    return pa.Table.from_pylist([{"id": i, "name": f"player_{i:02d}", "score": i * 37 % 100} for i in ids],
-                                EVENTS_SCHEMA)
+    return pa.Table.from_pylist(
+        [{"id": i, "name": f"player_{i:02d}", "score": i * 37 % 100} for i in ids], EVENTS_SCHEMA
+    )
 
 
 def customers_rows(ids: Iterable[int]) -> pa.Table:
     """Customers ``ids``; country is ``COUNTRIES[id % 5]``."""
-    return pa.Table.from_pylist([{"id": i, "name": f"customer_{i:02d}", "country": COUNTRIES[i % 5]} for i in ids],
-                                CUSTOMERS_SCHEMA)
+    return pa.Table.from_pylist(
+        [{"id": i, "name": f"customer_{i:02d}", "country": COUNTRIES[i % 5]} for i in ids], CUSTOMERS_SCHEMA
+    )
 
 
 def _build_sales(path: Path) -> None:
     """v0 orders 1..200, v1 orders 201..320 (4 files each, one per region), v2 delete 'latam'."""
-    w = _TableWriter(path, SALES_SCHEMA, partition_by=["region"], seed=101,
-                     protocol={"minReaderVersion": 1, "minWriterVersion": 2})
+    w = _TableWriter(
+        path, SALES_SCHEMA, partition_by=["region"], seed=101, protocol={"minReaderVersion": 1, "minWriterVersion": 2}
+    )
     params = {"mode": "Append", "partitionBy": '["region"]'}
     w.commit("WRITE", w.add(sales_rows(1, 200)), {**params, "mode": "ErrorIfExists"}, {"numOutputRows": 200})
     w.commit("WRITE", w.add(sales_rows(201, 320)), params, {"numOutputRows": 120})
     gone = [p for p, f in w.live.items() if f.add["partitionValues"]["region"] == "latam"]
     deleted = sum(w.live[p].rows.num_rows for p in gone)
-    w.commit("DELETE", [w.remove(p) for p in gone], {"predicate": "[\"(region = 'latam')\"]"},
-             {"numDeletedRows": deleted})
+    w.commit(
+        "DELETE", [w.remove(p) for p in gone], {"predicate": "[\"(region = 'latam')\"]"}, {"numDeletedRows": deleted}
+    )
 
 
 def _build_events_cdf(path: Path) -> None:
     """v0 ids 1..10, v1 ids 11..20, v2 score += 100 where id % 5 = 0, v3 delete score < 20."""
-    w = _TableWriter(path, EVENTS_SCHEMA, seed=202, configuration={"delta.enableChangeDataFeed": "true"},
-                     protocol={"minReaderVersion": 1, "minWriterVersion": 4})
+    w = _TableWriter(
+        path,
+        EVENTS_SCHEMA,
+        seed=202,
+        configuration={"delta.enableChangeDataFeed": "true"},
+        protocol={"minReaderVersion": 1, "minWriterVersion": 4},
+    )
     for mode, ids in (("ErrorIfExists", range(1, 11)), ("Append", range(11, 21))):
         w.commit("WRITE", w.add(events_rows(ids)), {"mode": mode, "partitionBy": "[]"}, {"numOutputRows": 10})
-    _change_rows(w, "UPDATE", "[\"((id % 5) = 0)\"]", lambda r: r["id"] % 5 == 0,
-                 lambda r: {**r, "score": r["score"] + 100})
-    _change_rows(w, "DELETE", "[\"(score < 20)\"]", lambda r: r["score"] < 20, None)
+    _change_rows(
+        w, "UPDATE", '["((id % 5) = 0)"]', lambda r: r["id"] % 5 == 0, lambda r: {**r, "score": r["score"] + 100}
+    )
+    _change_rows(w, "DELETE", '["(score < 20)"]', lambda r: r["score"] < 20, None)
 
 
-def _change_rows(w: _TableWriter, operation: str, predicate: str, match: Callable[[dict], bool],
-                 update: Callable[[dict], dict] | None) -> None:
+def _change_rows(
+    w: _TableWriter,
+    operation: str,
+    predicate: str,
+    match: Callable[[dict], bool],
+    update: Callable[[dict], dict] | None,
+) -> None:
     """Copy-on-write UPDATE (``update`` given) or DELETE of matching rows, with cdc files."""
     actions: list[dict[str, Any]] = []
     changed = 0
@@ -355,22 +444,43 @@ def _change_rows(w: _TableWriter, operation: str, predicate: str, match: Callabl
             kinds = ["update_preimage"] * len(hits) + ["update_postimage"] * len(hits)
         actions += w.rewrite(path, pa.Table.from_pylist(kept, w.schema))
         actions += w.cdc(pa.Table.from_pylist(cdc_rows, w.schema), kinds)
-    w.commit(operation, actions, {"predicate": predicate},
-             {"numDeletedRows" if update is None else "numUpdatedRows": changed})
+    w.commit(
+        operation,
+        actions,
+        {"predicate": predicate},
+        {"numDeletedRows" if update is None else "numUpdatedRows": changed},
+    )
 
 
 def _build_customers_dv(path: Path) -> None:
     """v0 ids 1..10 and 11..20 (two files), v1 on-disk DV deleting ids 2, 5, 8, v2 inline DV: id 16."""
-    w = _TableWriter(path, CUSTOMERS_SCHEMA, seed=303, configuration={"delta.enableDeletionVectors": "true"},
-                     protocol={"minReaderVersion": 3, "minWriterVersion": 7,
-                               "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]})
+    w = _TableWriter(
+        path,
+        CUSTOMERS_SCHEMA,
+        seed=303,
+        configuration={"delta.enableDeletionVectors": "true"},
+        protocol={
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": ["deletionVectors"],
+            "writerFeatures": ["deletionVectors"],
+        },
+    )
     actions = w.add(customers_rows(range(1, 11))) + w.add(customers_rows(range(11, 21)))
     first, second = (a["add"]["path"] for a in actions)
     w.commit("WRITE", actions, {"mode": "ErrorIfExists", "partitionBy": "[]"}, {"numOutputRows": 20})
-    w.commit("DELETE", w.delete_with_dv(first, [1, 4, 7], inline=False), {"predicate": "[\"id IN (2, 5, 8)\"]"},
-             {"numDeletedRows": 3, "numDeletionVectorsAdded": 1})
-    w.commit("DELETE", w.delete_with_dv(second, [5], inline=True), {"predicate": "[\"(id = 16)\"]"},
-             {"numDeletedRows": 1, "numDeletionVectorsAdded": 1})
+    w.commit(
+        "DELETE",
+        w.delete_with_dv(first, [1, 4, 7], inline=False),
+        {"predicate": '["id IN (2, 5, 8)"]'},
+        {"numDeletedRows": 3, "numDeletionVectorsAdded": 1},
+    )
+    w.commit(
+        "DELETE",
+        w.delete_with_dv(second, [5], inline=True),
+        {"predicate": '["(id = 16)"]'},
+        {"numDeletedRows": 1, "numDeletionVectorsAdded": 1},
+    )
 
 
 def _clear(path: Path) -> None:
@@ -386,8 +496,11 @@ def build_demo_tables(root: str | os.PathLike[str]) -> dict[str, str]:
     base = Path(root).resolve()
     base.mkdir(parents=True, exist_ok=True)
     out = {}
-    for name, build in (("sales", _build_sales), ("events_cdf", _build_events_cdf),
-                        ("customers_dv", _build_customers_dv)):
+    for name, build in (
+        ("sales", _build_sales),
+        ("events_cdf", _build_events_cdf),
+        ("customers_dv", _build_customers_dv),
+    ):
         path = base / name
         _clear(path)
         path.mkdir()

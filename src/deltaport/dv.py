@@ -27,9 +27,10 @@ import re
 import struct
 import uuid as _uuid
 import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -157,7 +158,7 @@ class DeletionVectorDescriptor:
     max_row_index: int | None = None
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], *, table: str | None = None) -> "DeletionVectorDescriptor":
+    def from_dict(cls, d: Mapping[str, Any], *, table: str | None = None) -> DeletionVectorDescriptor:
         """Build from the wire form; raises :class:`CorruptLog` when a field is missing or wrong."""
         try:
             storage_type = d["storageType"]
@@ -371,8 +372,9 @@ def keep_mask(deleted: np.ndarray, num_rows: int) -> np.ndarray:
 # --- reading ---------------------------------------------------------------------------------
 
 
-def read_dv(descriptor: DeletionVectorDescriptor, read_range: ReadRange | None = None, *,
-            table: str | None = None) -> np.ndarray:
+def read_dv(
+    descriptor: DeletionVectorDescriptor, read_range: ReadRange | None = None, *, table: str | None = None
+) -> np.ndarray:
     """The deleted row indexes (sorted ``uint64``) that ``descriptor`` points at.
 
     Inline DVs are decoded from the descriptor. For ``u``/``p`` ``read_range(path, offset,
@@ -451,8 +453,9 @@ def dv_file_bytes(row_sets: Sequence[Iterable[int] | np.ndarray]) -> tuple[bytes
     return b"".join(chunks), placed
 
 
-def write_dv_file_many(path: str | os.PathLike[str], row_sets: Sequence[Iterable[int] | np.ndarray], *,
-                       prefix: str = "") -> list[DeletionVectorDescriptor]:
+def write_dv_file_many(
+    path: str | os.PathLike[str], row_sets: Sequence[Iterable[int] | np.ndarray], *, prefix: str = ""
+) -> list[DeletionVectorDescriptor]:
     """Write one DV file holding every row set; one descriptor per set (offsets 1, ...).
 
     ``path`` is either a directory (the table root): the file is
@@ -478,8 +481,9 @@ def write_dv_file_many(path: str | os.PathLike[str], row_sets: Sequence[Iterable
     return [DeletionVectorDescriptor(storage, encoded, off, size, card) for off, size, card in placed]
 
 
-def write_dv_file(path: str | os.PathLike[str], rows: Iterable[int] | np.ndarray, *,
-                  prefix: str = "") -> DeletionVectorDescriptor:
+def write_dv_file(
+    path: str | os.PathLike[str], rows: Iterable[int] | np.ndarray, *, prefix: str = ""
+) -> DeletionVectorDescriptor:
     """Write a DV file holding one DV (at offset 1); see :func:`write_dv_file_many`."""
     return write_dv_file_many(path, [rows], prefix=prefix)[0]
 

@@ -64,7 +64,7 @@ def redact_locations(text: str, *locations: str | None) -> str:
             continue
         variants = {loc, loc.rstrip("/")}
         if loc.startswith("file://"):
-            path = loc[len("file://"):].rstrip("/")
+            path = loc[len("file://") :].rstrip("/")
             variants.update({path, unquote(path)})
         for v in sorted(variants, key=len, reverse=True):
             if v and v != "/":
@@ -177,8 +177,11 @@ class TableFilesMissing(VersionNotFound):
     error_code = "RESOURCE_DOES_NOT_EXIST"
 
     def __init__(self, detail: str, *, table: str | None = None) -> None:
-        super().__init__("table files missing. Ask the data provider to restore the table's missing log files.",
-                         table=table, detail=detail)
+        super().__init__(
+            "table files missing. Ask the data provider to restore the table's missing log files.",
+            table=table,
+            detail=detail,
+        )
 
 
 class TimestampOutOfRange(DeltaError):
@@ -192,8 +195,9 @@ class UnsupportedTableFeature(DeltaError):
 
     error_code = "UNSUPPORTED_OPERATION"
 
-    def __init__(self, message: str, *, features: list[str] | None = None, table: str | None = None,
-                 detail: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, features: list[str] | None = None, table: str | None = None, detail: str | None = None
+    ) -> None:
         self.features = list(features or [])
         super().__init__(message, table=table, detail=detail)
 

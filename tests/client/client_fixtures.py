@@ -3,7 +3,7 @@ server in-process over the shared corpus plus built tables, profiles for it, a r
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 from client_support import CORPUS, TABLES, RecordingTransport, built_tables, server_config, write_profile
@@ -42,5 +42,3 @@ def recording() -> RecordingTransport:
     transport = RecordingTransport()
     yield transport
     transport.close()
-
-

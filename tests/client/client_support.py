@@ -8,8 +8,8 @@ import math
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
@@ -64,15 +64,21 @@ def built_tables(root: Path) -> dict[str, str]:
 
 
 def server_config(tables: dict[str, str], **extra) -> dict:
-    entries = [{"name": name, "location": path, "id": f"id-{name}", "historyShared": True}
-               for name, path in tables.items()]
+    entries = [
+        {"name": name, "location": path, "id": f"id-{name}", "historyShared": True} for name, path in tables.items()
+    ]
     entries.append({"name": "nohistory", "location": str(TABLES / "basic_partitioned"), "id": "id-nohistory"})
     return {
         "version": 1,
         "shares": [
             {"name": "corpus", "schemas": [{"name": "default", "tables": entries}]},
-            {"name": "second", "schemas": [{"name": "s1", "tables": [
-                {"name": "t1", "location": str(TABLES / "basic_partitioned")}]}, {"name": "s2", "tables": []}]},
+            {
+                "name": "second",
+                "schemas": [
+                    {"name": "s1", "tables": [{"name": "t1", "location": str(TABLES / "basic_partitioned")}]},
+                    {"name": "s2", "tables": []},
+                ],
+            },
         ],
         "recipients": [{"name": "alice", "tokens": [TOKEN], "shares": ["corpus", "second"]}],
         "preSignedUrlTimeoutSeconds": 900,
@@ -102,8 +108,12 @@ class RecordingTransport(httpx.BaseTransport):
         self.rules: list[list] = []
         self.lock = threading.Lock()
 
-    def add_rule(self, predicate: Callable[[httpx.Request], bool], factory: Callable[[httpx.Request], httpx.Response],
-                 times: int = 1) -> None:
+    def add_rule(
+        self,
+        predicate: Callable[[httpx.Request], bool],
+        factory: Callable[[httpx.Request], httpx.Response],
+        times: int = 1,
+    ) -> None:
         self.rules.append([predicate, factory, times])
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -160,5 +170,6 @@ def norm(value):
 
 
 def frame_rows(df, columns) -> list[tuple]:
-    return sorted((tuple(norm(v) for v in row) for row in df[list(columns)].itertuples(index=False, name=None)),
-                  key=repr)
+    return sorted(
+        (tuple(norm(v) for v in row) for row in df[list(columns)].itertuples(index=False, name=None)), key=repr
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import types
 
+import delta_sharing
 import httpx
 import pytest
 from client_support import CORPUS
@@ -14,8 +15,6 @@ from deltaport.client.rest import RestClient
 
 pytest_plugins = ["client_fixtures"]
 
-delta_sharing = pytest.importorskip("delta_sharing")
-
 
 def test_the_official_api_is_there():
     for name in delta_sharing.__all__:
@@ -23,11 +22,18 @@ def test_the_official_api_is_there():
             assert hasattr(ds, name), name
     import inspect
 
-    for name in ("load_as_pandas", "load_table_changes_as_pandas", "load_as_spark", "load_table_changes_as_spark",
-                 "get_table_version", "get_table_metadata", "get_table_protocol"):
+    for name in (
+        "load_as_pandas",
+        "load_table_changes_as_pandas",
+        "load_as_spark",
+        "load_table_changes_as_spark",
+        "get_table_version",
+        "get_table_metadata",
+        "get_table_protocol",
+    ):
         theirs = list(inspect.signature(getattr(delta_sharing, name)).parameters)
         ours = list(inspect.signature(getattr(ds, name)).parameters)
-        assert ours[:len(theirs)] == theirs, name
+        assert ours[: len(theirs)] == theirs, name
 
 
 def test_listings_match_the_official_client(sharing_profile):
@@ -36,7 +42,8 @@ def test_listings_match_the_official_client(sharing_profile):
     share = ours.list_shares()[1]
     assert [(s.name, s.share) for s in ours.list_schemas(share)] == [("s1", "second"), ("s2", "second")]
     assert [(t.name, t.share, t.schema) for t in ours.list_tables(ds.Schema("s1", "second"))] == [
-        ("t1", "second", "s1")]
+        ("t1", "second", "s1")
+    ]
     all_ours = sorted((t.share, t.schema, t.name) for t in ours.list_all_tables())
     all_theirs = sorted((t.share, t.schema, t.name) for t in theirs.list_all_tables())
     assert all_ours == all_theirs
@@ -53,9 +60,11 @@ def test_listing_pages_are_followed(sharing_profile, recording):
 
 
 def test_list_all_tables_falls_back_when_the_server_has_no_all_tables(sharing_profile, recording):
-    recording.add_rule(lambda r: r.url.path.endswith("/all-tables"),
-                       lambda r: httpx.Response(404, json={"errorCode": "RESOURCE_DOES_NOT_EXIST", "message": "no"}),
-                       times=10)
+    recording.add_rule(
+        lambda r: r.url.path.endswith("/all-tables"),
+        lambda r: httpx.Response(404, json={"errorCode": "RESOURCE_DOES_NOT_EXIST", "message": "no"}),
+        times=10,
+    )
     tables = ds.SharingClient(sharing_profile, transport=recording).list_all_tables()
     expected = ds.SharingClient(sharing_profile).list_all_tables()
     assert sorted(t.name for t in tables) == sorted(t.name for t in expected)
@@ -86,8 +95,9 @@ def test_version_at_a_timestamp(table_url, table_paths):
 
     ts = DeltaTable(table_paths["cdf"], cache=SnapshotCache()).history().timestamps
     iso = dt.datetime.fromtimestamp(ts[1] / 1000, tz=dt.timezone.utc).isoformat().replace("+00:00", "Z")
-    assert ds.get_table_version(table_url("cdf"), starting_timestamp=iso) == \
-        delta_sharing.get_table_version(table_url("cdf"), starting_timestamp=iso)
+    assert ds.get_table_version(table_url("cdf"), starting_timestamp=iso) == delta_sharing.get_table_version(
+        table_url("cdf"), starting_timestamp=iso
+    )
 
 
 def test_unknown_table_errors(table_url):
@@ -137,8 +147,13 @@ def test_load_as_spark_uses_the_deltasharing_source(fake_spark):
 
 def test_load_table_changes_as_spark_options(fake_spark):
     ds.load_table_changes_as_spark("p.share#s.sc.t", starting_version=1, ending_version=4)
-    assert fake_spark == [("format", "deltaSharing"), ("option", "readChangeFeed", "true"),
-                          ("option", "startingVersion", 1), ("option", "endingVersion", 4), ("load", "p.share#s.sc.t")]
+    assert fake_spark == [
+        ("format", "deltaSharing"),
+        ("option", "readChangeFeed", "true"),
+        ("option", "startingVersion", 1),
+        ("option", "endingVersion", 4),
+        ("load", "p.share#s.sc.t"),
+    ]
     fake_spark.clear()
     ds.load_table_changes_as_spark("p#s.sc.t", starting_timestamp="a", ending_timestamp="b")
     assert ("option", "startingTimestamp", "a") in fake_spark and ("option", "endingTimestamp", "b") in fake_spark

@@ -57,13 +57,16 @@ def test_malformed_listing_is_one_line_with_the_endpoint(call, body, problem):
     assert len(transport.requests) == 1  # a malformed answer is not retried
 
 
-@pytest.mark.parametrize("body, problem", [
-    (b'[{"share": {"name": "s"}}]', "the body is a JSON array, not an object"),
-    (b'{}', "'share' is a JSON null, not an object"),
-    (b'{"share": "s"}', "'share' is a JSON string, not an object"),
-    (b'{"share": {"id": "x"}}', "'share' has no string 'name'"),
-    (b'{"share": {"name": "s", "id": 1}}', "'share'.id is a JSON number, not a string"),
-])
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        (b'[{"share": {"name": "s"}}]', "the body is a JSON array, not an object"),
+        (b"{}", "'share' is a JSON null, not an object"),
+        (b'{"share": "s"}', "'share' is a JSON string, not an object"),
+        (b'{"share": {"id": "x"}}', "'share' has no string 'name'"),
+        (b'{"share": {"name": "s", "id": 1}}', "'share'.id is a JSON number, not a string"),
+    ],
+)
 def test_malformed_get_share(body, problem):
     rest, _ = _rest(body)
     with pytest.raises(IncompleteResponse) as err:

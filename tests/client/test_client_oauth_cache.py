@@ -45,10 +45,19 @@ class TokenServer:
 
 def _profile(tmp_path: Path, sharing_server, client_id: str, name: str) -> str:
     path = tmp_path / f"{name}.share"
-    path.write_text(json.dumps({
-        "shareCredentialsVersion": 2, "type": "oauth_client_credentials",
-        "endpoint": sharing_server.url + "/delta-sharing", "tokenEndpoint": sharing_server.url + "/oauth/token",
-        "clientId": client_id, "clientSecret": "s3cret", "scope": "sharing"}))
+    path.write_text(
+        json.dumps(
+            {
+                "shareCredentialsVersion": 2,
+                "type": "oauth_client_credentials",
+                "endpoint": sharing_server.url + "/delta-sharing",
+                "tokenEndpoint": sharing_server.url + "/oauth/token",
+                "clientId": client_id,
+                "clientSecret": "s3cret",
+                "scope": "sharing",
+            }
+        )
+    )
     return str(path)
 
 

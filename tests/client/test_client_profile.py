@@ -24,9 +24,22 @@ pytest_plugins = ["client_fixtures"]
 # --- URLs -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", ["", "#", "foo", "foo#", "foo#share", "foo#share.schema", "foo#share.schema.",
-                                 "#share.schema.table", "foo#.schema.table", "foo#share..table",
-                                 "foo#a.b.c.d"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "#",
+        "foo",
+        "foo#",
+        "foo#share",
+        "foo#share.schema",
+        "foo#share.schema.",
+        "#share.schema.table",
+        "foo#.schema.table",
+        "foo#share..table",
+        "foo#a.b.c.d",
+    ],
+)
 def test_bad_urls_raise_value_error(url):
     with pytest.raises(ValueError, match="Invalid 'url'") as err:
         parse_url(url)
@@ -43,8 +56,12 @@ def test_url_splits_at_the_last_hash():
 
 # --- profile files ---------------------------------------------------------------------------------
 
-V1 = {"shareCredentialsVersion": 1, "endpoint": "https://example.com/delta-sharing/", "bearerToken": "s3cr3t-value",
-      "expirationTime": "2099-01-01T00:00:00Z"}
+V1 = {
+    "shareCredentialsVersion": 1,
+    "endpoint": "https://example.com/delta-sharing/",
+    "bearerToken": "s3cr3t-value",
+    "expirationTime": "2099-01-01T00:00:00Z",
+}
 
 
 def test_profile_sources_all_parse_the_same(tmp_path):
@@ -53,14 +70,21 @@ def test_profile_sources_all_parse_the_same(tmp_path):
     expected = read_profile(V1)
     assert expected.endpoint == "https://example.com/delta-sharing"  # trailing slash stripped
     assert expected.bearer_token == "s3cr3t-value" and expected.share_credentials_version == 1
-    for source in (str(path), path, path.as_uri(), io.StringIO(json.dumps(V1)), io.BytesIO(json.dumps(V1).encode()),
-                   json.dumps(V1), json.dumps(V1).encode(), expected):
+    for source in (
+        str(path),
+        path,
+        path.as_uri(),
+        io.StringIO(json.dumps(V1)),
+        io.BytesIO(json.dumps(V1).encode()),
+        json.dumps(V1),
+        json.dumps(V1).encode(),
+        expected,
+    ):
         assert read_profile(source) == expected
     assert "s3cr3t-value" not in repr(expected)  # secrets stay out of reprs
 
 
 def test_the_official_profile_object_is_accepted(tmp_path):
-    delta_sharing = pytest.importorskip("delta_sharing")
     from delta_sharing.protocol import DeltaSharingProfile as Official
 
     path = tmp_path / "p.share"
@@ -69,33 +93,59 @@ def test_the_official_profile_object_is_accepted(tmp_path):
 
 
 def test_profile_v2_types():
-    bearer = read_profile({"shareCredentialsVersion": 2, "type": "bearer_token", "endpoint": "http://h/d",
-                           "bearerToken": "b"})
+    bearer = read_profile(
+        {"shareCredentialsVersion": 2, "type": "bearer_token", "endpoint": "http://h/d", "bearerToken": "b"}
+    )
     assert bearer.auth_type == "bearer_token" and bearer.bearer_token == "b"
-    oauth = read_profile({"shareCredentialsVersion": 2, "type": "oauth_client_credentials", "endpoint": "http://h/d",
-                          "tokenEndpoint": "http://h/token/", "clientId": "id", "clientSecret": "s", "scope": "x"})
+    oauth = read_profile(
+        {
+            "shareCredentialsVersion": 2,
+            "type": "oauth_client_credentials",
+            "endpoint": "http://h/d",
+            "tokenEndpoint": "http://h/token/",
+            "clientId": "id",
+            "clientSecret": "s",
+            "scope": "x",
+        }
+    )
     assert oauth.token_endpoint == "http://h/token" and oauth.client_id == "id" and oauth.scope == "x"
-    basic = read_profile({"shareCredentialsVersion": 2, "type": "basic", "endpoint": "http://h/d", "username": "u",
-                          "password": "p"})
+    basic = read_profile(
+        {"shareCredentialsVersion": 2, "type": "basic", "endpoint": "http://h/d", "username": "u", "password": "p"}
+    )
     assert basic.username == "u"
 
 
-@pytest.mark.parametrize("body, needle", [
-    ({"shareCredentialsVersion": 3, "endpoint": "http://h", "bearerToken": "t"},
-     "'shareCredentialsVersion' in the profile is 3 which is too new"),
-    ({"endpoint": "http://h", "bearerToken": "t"}, "shareCredentialsVersion"),
-    ({"shareCredentialsVersion": 1, "bearerToken": "t"}, "'endpoint'"),
-    ({"shareCredentialsVersion": 1, "endpoint": "http://h"}, "'bearerToken'"),
-    ({"shareCredentialsVersion": 1, "endpoint": "ftp://h", "bearerToken": "t"}, "http(s) URL"),
-    ({"shareCredentialsVersion": 2, "endpoint": "http://h", "bearerToken": "t"}, "'type'"),
-    ({"shareCredentialsVersion": 2, "type": "magic", "endpoint": "http://h"}, "does not supports magic type"),
-    ({"shareCredentialsVersion": 2, "type": "oauth_client_credentials", "endpoint": "http://h", "clientId": "i",
-      "clientSecret": "s"}, "'tokenEndpoint'"),
-    ({"shareCredentialsVersion": 1, "endpoint": "http://h", "bearerToken": "t", "expirationTime": "soon"},
-     "expirationTime"),
-    ("not json", "not valid JSON"),
-    ("[1, 2]", "JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        (
+            {"shareCredentialsVersion": 3, "endpoint": "http://h", "bearerToken": "t"},
+            "'shareCredentialsVersion' in the profile is 3 which is too new",
+        ),
+        ({"endpoint": "http://h", "bearerToken": "t"}, "shareCredentialsVersion"),
+        ({"shareCredentialsVersion": 1, "bearerToken": "t"}, "'endpoint'"),
+        ({"shareCredentialsVersion": 1, "endpoint": "http://h"}, "'bearerToken'"),
+        ({"shareCredentialsVersion": 1, "endpoint": "ftp://h", "bearerToken": "t"}, "http(s) URL"),
+        ({"shareCredentialsVersion": 2, "endpoint": "http://h", "bearerToken": "t"}, "'type'"),
+        ({"shareCredentialsVersion": 2, "type": "magic", "endpoint": "http://h"}, "does not supports magic type"),
+        (
+            {
+                "shareCredentialsVersion": 2,
+                "type": "oauth_client_credentials",
+                "endpoint": "http://h",
+                "clientId": "i",
+                "clientSecret": "s",
+            },
+            "'tokenEndpoint'",
+        ),
+        (
+            {"shareCredentialsVersion": 1, "endpoint": "http://h", "bearerToken": "t", "expirationTime": "soon"},
+            "expirationTime",
+        ),
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+    ],
+)
 def test_malformed_profiles_raise_one_line_errors(body, needle):
     source = body.encode() if isinstance(body, str) else json.dumps(body)
     with pytest.raises(ProfileError) as err:
@@ -118,15 +168,21 @@ def test_v1_profile_reads(table_url):
 
 
 def test_v2_bearer_profile_reads(sharing_server, tmp_path):
-    path = write_profile(tmp_path / "v2.share", sharing_server.url + "/delta-sharing", shareCredentialsVersion=2,
-                         type="bearer_token", expirationTime="2099-01-01T00:00:00Z")
+    path = write_profile(
+        tmp_path / "v2.share",
+        sharing_server.url + "/delta-sharing",
+        shareCredentialsVersion=2,
+        type="bearer_token",
+        expirationTime="2099-01-01T00:00:00Z",
+    )
     assert len(ds.load_as_pandas(f"{path}#corpus.default.partitioned")) == 6
     assert [s.name for s in ds.SharingClient(path).list_shares()] == ["corpus", "second"]
 
 
 def test_expired_v1_profile_raises_before_any_request(sharing_server, tmp_path, recording):
-    path = write_profile(tmp_path / "old.share", sharing_server.url + "/delta-sharing",
-                         expirationTime="2020-01-01T00:00:00Z")
+    path = write_profile(
+        tmp_path / "old.share", sharing_server.url + "/delta-sharing", expirationTime="2020-01-01T00:00:00Z"
+    )
     with pytest.raises(TokenExpired) as err:
         ds.load_as_pandas(f"{path}#corpus.default.partitioned", transport=recording)
     text = str(err.value)
@@ -155,15 +211,21 @@ class TokenEndpoint:
     def handler(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/oauth/token":
             self.calls.append(request)
-            return httpx.Response(200, json={"access_token": self.access_token, "expires_in": self.expires_in,
-                                             "token_type": "bearer"})
+            return httpx.Response(
+                200, json={"access_token": self.access_token, "expires_in": self.expires_in, "token_type": "bearer"}
+            )
         return self.inner.handle_request(request)
 
 
 def _oauth_profile(tmp_path: Path, sharing_server, scope: str | None = "sharing") -> str:
-    body = {"shareCredentialsVersion": 2, "type": "oauth_client_credentials",
-            "endpoint": sharing_server.url + "/delta-sharing", "tokenEndpoint": sharing_server.url + "/oauth/token",
-            "clientId": "client-1", "clientSecret": "s3cret"}
+    body = {
+        "shareCredentialsVersion": 2,
+        "type": "oauth_client_credentials",
+        "endpoint": sharing_server.url + "/delta-sharing",
+        "tokenEndpoint": sharing_server.url + "/oauth/token",
+        "clientId": "client-1",
+        "clientSecret": "s3cret",
+    }
     if scope:
         body["scope"] = scope
     path = tmp_path / "oauth.share"
@@ -183,8 +245,10 @@ def test_oauth_client_credentials_fetches_a_token_and_reads(sharing_server, tmp_
     assert token_request.method == "POST"
     assert token_request.headers["Authorization"] == "Basic " + base64.b64encode(b"client-1:s3cret").decode()
     assert token_request.headers["Content-Type"] == "application/x-www-form-urlencoded"
-    assert urllib.parse.parse_qs(token_request.content.decode()) == {"grant_type": ["client_credentials"],
-                                                                    "scope": ["sharing"]}
+    assert urllib.parse.parse_qs(token_request.content.decode()) == {
+        "grant_type": ["client_credentials"],
+        "scope": ["sharing"],
+    }
     sharing = [r for r in real.requests if "/delta-sharing/shares" in r.url.path]
     assert sharing and all(r.headers["Authorization"] == f"Bearer {TOKEN}" for r in sharing)
     files = [r for r in real.requests if "/files/" in r.url.path]
@@ -199,8 +263,9 @@ def test_oauth_token_is_refreshed_before_expiry():
         issued.append(request)
         return httpx.Response(200, json={"access_token": f"t{len(issued)}", "expires_in": 3600})
 
-    auth = OAuthClientCredentials("http://idp/token", "id", "secret", transport=httpx.MockTransport(handler),
-                                  clock=lambda: now[0])
+    auth = OAuthClientCredentials(
+        "http://idp/token", "id", "secret", transport=httpx.MockTransport(handler), clock=lambda: now[0]
+    )
     assert auth.headers()["Authorization"] == "Bearer t1"
     now[0] += 2000
     assert auth.headers()["Authorization"] == "Bearer t1"  # 1600 s of life left: kept
@@ -218,8 +283,9 @@ def test_short_lived_oauth_token_is_refreshed_at_half_life():
         count[0] += 1
         return httpx.Response(200, json={"access_token": "t", "expires_in": 60})
 
-    auth = OAuthClientCredentials("http://idp/token", "id", "secret", transport=httpx.MockTransport(handler),
-                                  clock=lambda: now[0])
+    auth = OAuthClientCredentials(
+        "http://idp/token", "id", "secret", transport=httpx.MockTransport(handler), clock=lambda: now[0]
+    )
     auth.headers()
     now[0] = 20
     auth.headers()

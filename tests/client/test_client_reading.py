@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+import deltalake
 import pyarrow as pa
 import pytest
 from client_support import CORPUS, frame_rows
@@ -16,16 +17,21 @@ from deltaport.client.rest import QueryOptions, RestClient
 
 pytest_plugins = ["client_fixtures"]
 
-deltalake = pytest.importorskip("deltalake")
 
 DV_TABLES = ["dv", "dv_cdf", "multipart", "short_dv", "cdc_dv", "built_dv", "built_dv_inline", "demo_customers_dv"]
 #: tables deltalake reads as an oracle (it refuses the rest, e.g. type widening or variant)
-ORACLE_TABLES = sorted(set(CORPUS) - {"cm_partition"}) + ["demo_sales", "demo_events_cdf", "demo_customers_dv",
-                                                          "built_dv", "built_dv_inline", "built_partitioned"]
+ORACLE_TABLES = sorted(set(CORPUS) - {"cm_partition"}) + [
+    "demo_sales",
+    "demo_events_cdf",
+    "demo_customers_dv",
+    "built_dv",
+    "built_dv_inline",
+    "built_partitioned",
+]
 
 
 def _pylist(table: pa.Table) -> list:
-    return sorted((repr(sorted(row.items())) for row in table.to_pylist()))
+    return sorted(repr(sorted(row.items())) for row in table.to_pylist())
 
 
 def _oracle(path: str, version: int | None = None) -> pa.Table:
@@ -62,8 +68,11 @@ def test_column_mapping_gives_logical_names(table_url):
         assert not any(c.startswith("col-") for c in table.column_names)
     nested = ds.load_as_arrow(table_url("all_types"))
     struct = nested.schema.field("nested_struct").type
-    assert [struct.field(i).name for i in range(struct.num_fields)] == ["inner_int", "inner_string", "inner_struct"] \
-        or all(not struct.field(i).name.startswith("col-") for i in range(struct.num_fields))
+    assert [struct.field(i).name for i in range(struct.num_fields)] == [
+        "inner_int",
+        "inner_string",
+        "inner_struct",
+    ] or all(not struct.field(i).name.startswith("col-") for i in range(struct.num_fields))
     assert nested.num_rows == 4
     empty = ds.load_as_arrow(table_url("cm_partition"))
     assert empty.column_names == ["value", "category"] and empty.num_rows == 0

@@ -121,9 +121,13 @@ def test_a_body_cut_by_the_network_is_retried(table_url, recording):
 
     def cut(request):
         response, lines = _real(recording, request)
-        return httpx.Response(200, headers={k: v for k, v in response.headers.items()
-                                            if k.lower() not in ("content-length", "transfer-encoding")},
-                              stream=Broken(b"\n".join(lines[:2]) + b"\n"))
+        return httpx.Response(
+            200,
+            headers={
+                k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "transfer-encoding")
+            },
+            stream=Broken(b"\n".join(lines[:2]) + b"\n"),
+        )
 
     recording.add_rule(_is_query, cut)
     df = ds.load_as_pandas(table_url("demo_sales"), transport=recording, retry=FAST)
@@ -135,8 +139,9 @@ def test_a_body_cut_by_the_network_is_retried(table_url, recording):
 
 
 def _forbidden(request):
-    return httpx.Response(403, content=b"<Error><Code>AccessDenied</Code><Message>Request has expired</Message>"
-                                       b"</Error>")
+    return httpx.Response(
+        403, content=b"<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>"
+    )
 
 
 def test_refused_file_url_is_refreshed_with_the_refresh_token(table_url, recording):
@@ -208,8 +213,9 @@ def test_really_expired_urls_are_refreshed(short_url_server, recording):
         return recording.inner.handle_request(request)
 
     recording.add_rule(_is_file, slow_first)
-    df = ds.load_as_pandas(short_url_server, use_delta_format=True, refresh_margin_seconds=0, max_workers=1,
-                           transport=recording)
+    df = ds.load_as_pandas(
+        short_url_server, use_delta_format=True, refresh_margin_seconds=0, max_workers=1, transport=recording
+    )
     assert state["delayed"] and len(df) == 240
     assert any("refreshToken" in b for b in _bodies(recording))
 
@@ -218,8 +224,9 @@ def test_really_expired_urls_are_refreshed(short_url_server, recording):
 
 
 def test_503_twice_then_200_succeeds(table_url, recording):
-    recording.add_rule(_is_query, lambda r: httpx.Response(503, json={"errorCode": "INTERNAL_ERROR", "message": ""}),
-                       times=2)
+    recording.add_rule(
+        _is_query, lambda r: httpx.Response(503, json={"errorCode": "INTERNAL_ERROR", "message": ""}), times=2
+    )
     df = ds.load_as_pandas(table_url("partitioned"), transport=recording, retry=FAST)
     assert len(df) == 6
     assert recording.count("POST", "/query") == 3
@@ -240,8 +247,11 @@ def test_backoff_doubles():
 
 
 def test_400_is_not_retried_and_names_the_error(table_url, recording):
-    recording.add_rule(_is_query, lambda r: httpx.Response(400, json={"errorCode": "INVALID_PARAMETER_VALUE",
-                                                                       "message": "bad thing"}), times=5)
+    recording.add_rule(
+        _is_query,
+        lambda r: httpx.Response(400, json={"errorCode": "INVALID_PARAMETER_VALUE", "message": "bad thing"}),
+        times=5,
+    )
     with pytest.raises(SharingServerError) as err:
         ds.load_as_pandas(table_url("partitioned"), transport=recording, retry=FAST)
     assert recording.count("POST", "/query") == 1
@@ -267,11 +277,13 @@ def test_server_errors_carry_code_message_and_fix(table_url, recording):
 
 
 def test_retries_run_out_on_persistent_5xx(table_url, recording):
-    recording.add_rule(_is_query, lambda r: httpx.Response(500, json={"errorCode": "INTERNAL_ERROR", "message": ""}),
-                       times=100)
+    recording.add_rule(
+        _is_query, lambda r: httpx.Response(500, json={"errorCode": "INTERNAL_ERROR", "message": ""}), times=100
+    )
     with pytest.raises(SharingServerError) as err:
-        ds.load_as_pandas(table_url("partitioned"), transport=recording, retry=RetryPolicy(max_retries=3,
-                                                                                            initial_backoff=0.001))
+        ds.load_as_pandas(
+            table_url("partitioned"), transport=recording, retry=RetryPolicy(max_retries=3, initial_backoff=0.001)
+        )
     assert recording.count("POST", "/query") == 4
     assert err.value.http_status == 500 and "retry later" in str(err.value)
 
@@ -284,8 +296,9 @@ def test_connection_errors_are_retried_then_reported(table_url, recording):
     assert len(ds.load_as_pandas(table_url("partitioned"), transport=recording, retry=FAST)) == 6
     recording.add_rule(_is_query, refuse, times=100)
     with pytest.raises(ConnectionFailed, match="after 3 attempt"):
-        ds.load_as_pandas(table_url("partitioned"), transport=recording,
-                          retry=RetryPolicy(max_retries=2, initial_backoff=0.001))
+        ds.load_as_pandas(
+            table_url("partitioned"), transport=recording, retry=RetryPolicy(max_retries=2, initial_backoff=0.001)
+        )
 
 
 def test_file_downloads_are_retried(table_url, recording):

@@ -6,6 +6,7 @@ import inspect
 import subprocess
 import sys
 
+import delta_sharing
 import pytest
 from client_support import frame_rows
 
@@ -13,8 +14,6 @@ import deltaport
 import deltaport.client
 
 pytest_plugins = ["client_fixtures"]
-
-delta_sharing = pytest.importorskip("delta_sharing")
 
 
 def test_every_public_name_of_the_official_package_is_at_the_top_level():
@@ -26,7 +25,7 @@ def test_every_public_name_of_the_official_package_is_at_the_top_level():
         if inspect.isfunction(theirs):  # same parameter names, so keyword calls keep working
             theirs_params = list(inspect.signature(theirs).parameters)
             ours_params = list(inspect.signature(ours).parameters)
-            assert ours_params[:len(theirs_params)] == theirs_params, name
+            assert ours_params[: len(theirs_params)] == theirs_params, name
 
 
 def test_top_level_names_are_the_connector_and_unknown_names_fail():

@@ -46,7 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         if rng:
             start, end = (int(x) for x in rng.split("=")[1].split("-"))
-            chunk = BODY[start:end + 1]
+            chunk = BODY[start : end + 1]
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {start}-{end}/{len(BODY)}")
         else:

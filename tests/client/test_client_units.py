@@ -22,17 +22,31 @@ from deltaport.errors import UnsupportedTableFeature
 UTC = dt.timezone.utc
 
 
-@pytest.mark.parametrize("text, typ, expected", [
-    ("12", pa.int32(), 12), ("-3", pa.int64(), -3), ("1.5", pa.float64(), 1.5), ("true", pa.bool_(), True),
-    ("False", pa.bool_(), False), ("2021-04-28", pa.date32(), dt.date(2021, 4, 28)),
-    ("2021-04-28 10:11:12", pa.timestamp("us", tz="UTC"), dt.datetime(2021, 4, 28, 10, 11, 12, tzinfo=UTC)),
-    ("2021-04-28 10:11:12.5", pa.timestamp("us", tz="UTC"), dt.datetime(2021, 4, 28, 10, 11, 12, 500000, tzinfo=UTC)),
-    ("1971-07-22T03:06:40.000000Z", pa.timestamp("us", tz="UTC"), dt.datetime(1971, 7, 22, 3, 6, 40, tzinfo=UTC)),
-    ("2021-04-28T10:11:12+02:00", pa.timestamp("us", tz="UTC"), dt.datetime(2021, 4, 28, 8, 11, 12, tzinfo=UTC)),
-    ("2013-07-05 17:01:00.123456", pa.timestamp("us"), dt.datetime(2013, 7, 5, 17, 1, 0, 123456)),
-    ("-2342342.23423", pa.decimal128(12, 5), Decimal("-2342342.23423")), ("a b/c", pa.string(), "a b/c"),
-    ("", pa.int32(), None), (None, pa.date32(), None), ("", pa.string(), None),
-])
+@pytest.mark.parametrize(
+    "text, typ, expected",
+    [
+        ("12", pa.int32(), 12),
+        ("-3", pa.int64(), -3),
+        ("1.5", pa.float64(), 1.5),
+        ("true", pa.bool_(), True),
+        ("False", pa.bool_(), False),
+        ("2021-04-28", pa.date32(), dt.date(2021, 4, 28)),
+        ("2021-04-28 10:11:12", pa.timestamp("us", tz="UTC"), dt.datetime(2021, 4, 28, 10, 11, 12, tzinfo=UTC)),
+        (
+            "2021-04-28 10:11:12.5",
+            pa.timestamp("us", tz="UTC"),
+            dt.datetime(2021, 4, 28, 10, 11, 12, 500000, tzinfo=UTC),
+        ),
+        ("1971-07-22T03:06:40.000000Z", pa.timestamp("us", tz="UTC"), dt.datetime(1971, 7, 22, 3, 6, 40, tzinfo=UTC)),
+        ("2021-04-28T10:11:12+02:00", pa.timestamp("us", tz="UTC"), dt.datetime(2021, 4, 28, 8, 11, 12, tzinfo=UTC)),
+        ("2013-07-05 17:01:00.123456", pa.timestamp("us"), dt.datetime(2013, 7, 5, 17, 1, 0, 123456)),
+        ("-2342342.23423", pa.decimal128(12, 5), Decimal("-2342342.23423")),
+        ("a b/c", pa.string(), "a b/c"),
+        ("", pa.int32(), None),
+        (None, pa.date32(), None),
+        ("", pa.string(), None),
+    ],
+)
 def test_partition_values(text, typ, expected):
     value = parse_partition_value(text, typ)
     assert value == expected
@@ -40,8 +54,12 @@ def test_partition_values(text, typ, expected):
 
 
 def test_bad_partition_values_raise():
-    for text, typ in (("x", pa.int32()), ("maybe", pa.bool_()), ("2021-13", pa.date32()),
-                      ("1.2.3", pa.decimal128(5, 2))):
+    for text, typ in (
+        ("x", pa.int32()),
+        ("maybe", pa.bool_()),
+        ("2021-13", pa.date32()),
+        ("1.2.3", pa.decimal128(5, 2)),
+    ):
         with pytest.raises(ValueError):
             parse_partition_value(text, typ)
 
@@ -51,11 +69,23 @@ def test_delta_types_to_arrow():
     assert delta_to_arrow("timestamp_ntz")[0] == pa.timestamp("us")
     assert delta_to_arrow("decimal(10,2)")[0] == pa.decimal128(10, 2)
     assert delta_to_arrow("decimal(50,2)")[0] == pa.decimal256(50, 2)
-    nested = {"type": "struct", "fields": [
-        {"name": "a", "type": {"type": "array", "elementType": "integer", "containsNull": False}, "nullable": True,
-         "metadata": {"delta.columnMapping.physicalName": "col-a"}},
-        {"name": "m", "type": {"type": "map", "keyType": "string", "valueType": "long", "valueContainsNull": True},
-         "nullable": False, "metadata": {"delta.columnMapping.physicalName": "col-m"}}]}
+    nested = {
+        "type": "struct",
+        "fields": [
+            {
+                "name": "a",
+                "type": {"type": "array", "elementType": "integer", "containsNull": False},
+                "nullable": True,
+                "metadata": {"delta.columnMapping.physicalName": "col-a"},
+            },
+            {
+                "name": "m",
+                "type": {"type": "map", "keyType": "string", "valueType": "long", "valueContainsNull": True},
+                "nullable": False,
+                "metadata": {"delta.columnMapping.physicalName": "col-m"},
+            },
+        ],
+    }
     logical, physical = delta_to_arrow(nested, mapping=True)
     assert [f.name for f in logical] == ["a", "m"] and [f.name for f in physical] == ["col-a", "col-m"]
     assert logical.field("m").nullable is False
@@ -64,8 +94,12 @@ def test_delta_types_to_arrow():
 
 
 def _info(schema: dict, *, partitions=(), configuration=None, features=None) -> TableInfo:
-    md = Metadata(id="x", schema_string=orjson.dumps(schema).decode(), partition_columns=tuple(partitions),
-                  configuration=configuration or {})
+    md = Metadata(
+        id="x",
+        schema_string=orjson.dumps(schema).decode(),
+        partition_columns=tuple(partitions),
+        configuration=configuration or {},
+    )
     proto = Protocol(3, 7, tuple(features) if features is not None else None, None)
     return TableInfo.from_metadata(md, proto, format="delta", version=1)
 
@@ -80,23 +114,57 @@ def test_unsupported_reader_features_are_named():
 
 
 def test_conform_renames_nested_physical_fields_and_casts():
-    schema = {"type": "struct", "fields": [{"name": "s", "nullable": True, "metadata": {
-        "delta.columnMapping.physicalName": "col-s"}, "type": {"type": "struct", "fields": [
-            {"name": "x", "type": "long", "nullable": True, "metadata": {"delta.columnMapping.physicalName": "col-x"}},
-            {"name": "when", "type": "timestamp", "nullable": True,
-             "metadata": {"delta.columnMapping.physicalName": "col-w"}},
-            {"name": "later", "type": "string", "nullable": True,
-             "metadata": {"delta.columnMapping.physicalName": "col-l"}}]}}]}
+    schema = {
+        "type": "struct",
+        "fields": [
+            {
+                "name": "s",
+                "nullable": True,
+                "metadata": {"delta.columnMapping.physicalName": "col-s"},
+                "type": {
+                    "type": "struct",
+                    "fields": [
+                        {
+                            "name": "x",
+                            "type": "long",
+                            "nullable": True,
+                            "metadata": {"delta.columnMapping.physicalName": "col-x"},
+                        },
+                        {
+                            "name": "when",
+                            "type": "timestamp",
+                            "nullable": True,
+                            "metadata": {"delta.columnMapping.physicalName": "col-w"},
+                        },
+                        {
+                            "name": "later",
+                            "type": "string",
+                            "nullable": True,
+                            "metadata": {"delta.columnMapping.physicalName": "col-l"},
+                        },
+                    ],
+                },
+            }
+        ],
+    }
     info = _info(schema, configuration={"delta.columnMapping.mode": "name"})
     spec = info.column("s")
-    raw = pa.array([{"col-x": 1, "col-w": 1_000_000_000}, None, {"col-x": None, "col-w": None}],
-                   pa.struct([("col-x", pa.int32()), ("col-w", pa.timestamp("ns"))]))
+    raw = pa.array(
+        [{"col-x": 1, "col-w": 1_000_000_000}, None, {"col-x": None, "col-w": None}],
+        pa.struct([("col-x", pa.int32()), ("col-w", pa.timestamp("ns"))]),
+    )
     out = conform(raw.slice(0), spec.physical_type, spec.type)
     assert out.type == info.arrow_schema.field("s").type
-    assert out.to_pylist() == [{"x": 1, "when": dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC), "later": None}, None,
-                               {"x": None, "when": None, "later": None}]
-    lists = conform(pa.array([[{"col-x": 1}], None], pa.list_(pa.struct([("col-x", pa.int64())]))).slice(1),
-                    pa.list_(pa.struct([("col-x", pa.int64())])), pa.list_(pa.struct([("x", pa.int64())])))
+    assert out.to_pylist() == [
+        {"x": 1, "when": dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC), "later": None},
+        None,
+        {"x": None, "when": None, "later": None},
+    ]
+    lists = conform(
+        pa.array([[{"col-x": 1}], None], pa.list_(pa.struct([("col-x", pa.int64())]))).slice(1),
+        pa.list_(pa.struct([("col-x", pa.int64())])),
+        pa.list_(pa.struct([("x", pa.int64())])),
+    )
     assert lists.to_pylist() == [None]
 
 
@@ -105,8 +173,14 @@ def _line(obj) -> bytes:
 
 
 PROTOCOL = {"protocol": {"minReaderVersion": 1}}
-METADATA = {"metaData": {"id": "t", "format": {"provider": "parquet"}, "schemaString": '{"type":"struct","fields":[]}',
-                         "partitionColumns": []}}
+METADATA = {
+    "metaData": {
+        "id": "t",
+        "format": {"provider": "parquet"},
+        "schemaString": '{"type":"struct","fields":[]}',
+        "partitionColumns": [],
+    }
+}
 FILE = {"file": {"url": "http://x/f?sig", "id": "f1", "partitionValues": {}, "size": 10}}
 
 
@@ -119,23 +193,48 @@ def test_page_parser_accepts_both_formats():
     d = PageParser(changes=True, request="GET c")
     d.feed(_line({"protocol": {"deltaProtocol": {"minReaderVersion": 3, "minWriterVersion": 7}}}))
     d.feed(_line({"metaData": {"deltaMetadata": METADATA["metaData"], "version": 2}}))
-    d.feed(_line({"file": {"id": "a", "version": 2, "timestamp": 9, "deltaSingleAction": {
-        "remove": {"path": "http://x/r", "partitionValues": {}, "size": 1}}}}))
-    d.feed(_line({"file": {"id": "c", "version": 2, "timestamp": 9, "deltaSingleAction": {
-        "cdc": {"path": "http://x/c", "partitionValues": {}, "size": 1}}}}))
+    d.feed(
+        _line(
+            {
+                "file": {
+                    "id": "a",
+                    "version": 2,
+                    "timestamp": 9,
+                    "deltaSingleAction": {"remove": {"path": "http://x/r", "partitionValues": {}, "size": 1}},
+                }
+            }
+        )
+    )
+    d.feed(
+        _line(
+            {
+                "file": {
+                    "id": "c",
+                    "version": 2,
+                    "timestamp": 9,
+                    "deltaSingleAction": {"cdc": {"path": "http://x/c", "partitionValues": {}, "size": 1}},
+                }
+            }
+        )
+    )
     page = d.finish(table_version=None, expect_end_stream=False)
     assert page.format == "delta" and [f.change_type for f in page.files] == ["delete", "cdf"]
 
 
-@pytest.mark.parametrize("lines, needle", [
-    ([FILE], "before protocol and metaData"),
-    ([PROTOCOL, METADATA, b"{not json"], "not JSON"),
-    ([PROTOCOL, METADATA, {"endStreamAction": {}}, FILE], "after its endStreamAction"),
-    ([PROTOCOL, METADATA, {"file": {"id": "x"}}], "lacks"),
-    ([{"protocol": {"deltaProtocol": {"minReaderVersion": 3, "minWriterVersion": 7}}}, METADATA, FILE],
-     "mixes response formats"),
-    ([PROTOCOL, METADATA, {"endStreamAction": {"errorMessage": "UNSUPPORTED_OPERATION: no"}}], "no"),
-])
+@pytest.mark.parametrize(
+    "lines, needle",
+    [
+        ([FILE], "before protocol and metaData"),
+        ([PROTOCOL, METADATA, b"{not json"], "not JSON"),
+        ([PROTOCOL, METADATA, {"endStreamAction": {}}, FILE], "after its endStreamAction"),
+        ([PROTOCOL, METADATA, {"file": {"id": "x"}}], "lacks"),
+        (
+            [{"protocol": {"deltaProtocol": {"minReaderVersion": 3, "minWriterVersion": 7}}}, METADATA, FILE],
+            "mixes response formats",
+        ),
+        ([PROTOCOL, METADATA, {"endStreamAction": {"errorMessage": "UNSUPPORTED_OPERATION: no"}}], "no"),
+    ],
+)
 def test_page_parser_refuses_bad_responses(lines, needle):
     p = PageParser(changes=False, request="POST q")
     with pytest.raises(IncompleteResponse, match=needle):
@@ -156,10 +255,12 @@ def test_page_parser_needs_its_head_and_tail():
 
 def test_dv_pairs_are_marked():
     dv = {"storageType": "i", "pathOrInlineDv": "x", "sizeInBytes": 1, "cardinality": 1}
-    files = [FileAction("u1", "a", 1, version=1, change_type="insert", deletion_vector=dv),
-             FileAction("u2", "a", 1, version=1, change_type="delete"),
-             FileAction("u3", "b", 1, version=1, change_type="insert"),
-             FileAction("u4", "a", 1, version=2, change_type="insert")]
+    files = [
+        FileAction("u1", "a", 1, version=1, change_type="insert", deletion_vector=dv),
+        FileAction("u2", "a", 1, version=1, change_type="delete"),
+        FileAction("u3", "b", 1, version=1, change_type="insert"),
+        FileAction("u4", "a", 1, version=2, change_type="insert"),
+    ]
     out = pair_deletion_vector_changes(files)
     assert out[0].paired and out[0].paired_deletion_vector is None
     assert out[1].paired and out[1].paired_deletion_vector == dv
@@ -173,7 +274,9 @@ def test_request_options_render_only_what_is_set():
     body = QueryOptions(limit_hint=5, max_files=2, include_refresh_token=True).to_body()
     assert QueryOptions.parse(body) == QueryOptions(limit_hint=5, max_files=2, include_refresh_token=True)
     assert ChangesOptions(starting_version=0, include_historical_metadata=True).params() == {
-        "startingVersion": "0", "includeHistoricalMetadata": "true"}
+        "startingVersion": "0",
+        "includeHistoricalMetadata": "true",
+    }
     assert capabilities_header("parquet") == "responseformat=parquet;includeendstreamaction=true"
     assert capabilities_header("delta", end_stream=False).startswith("responseformat=delta;readerfeatures=")
     with pytest.raises(ValueError):

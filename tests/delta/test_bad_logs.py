@@ -143,9 +143,11 @@ def test_missing_commit_without_checkpoint(tmp_path):
     table = _table(tmp_path)
     with pytest.raises(VersionNotFound) as err:
         table.snapshot()
-    assert str(err.value) == ("Cannot load table version 2: commit 1 is missing from _delta_log and no checkpoint "
-                              "covers it. Ask the data provider to restore the missing commit or to write a "
-                              "checkpoint after it.")
+    assert str(err.value) == (
+        "Cannot load table version 2: commit 1 is missing from _delta_log and no checkpoint "
+        "covers it. Ask the data provider to restore the missing commit or to write a "
+        "checkpoint after it."
+    )
     assert table.snapshot(0).num_files == 1  # what can be read still reads
 
 
@@ -160,7 +162,8 @@ def test_commits_removed_before_checkpoint(tmp_path):
         table.snapshot(1)
     assert err.value.message == (
         "Cannot load table version 1 as the transaction log has been truncated due to manual deletion or the "
-        "log/checkpoint retention policy. The earliest available version is 2.")
+        "log/checkpoint retention policy. The earliest available version is 2."
+    )
 
 
 def test_missing_commit_after_checkpoint(tmp_path):
@@ -185,7 +188,9 @@ def test_corrupt_checkpoint_without_fallback(tmp_path):
 
 def test_corrupt_checkpoint_falls_back_to_commits(tmp_path):
     t = _copy("with_checkpoint_no_last_checkpoint", tmp_path)
-    expected = sorted(_table(TABLES / "with_checkpoint_no_last_checkpoint").snapshot().files().column("path").to_pylist())
+    expected = sorted(
+        _table(TABLES / "with_checkpoint_no_last_checkpoint").snapshot().files().column("path").to_pylist()
+    )
     cp = next((t / "_delta_log").glob("*.checkpoint.parquet"))
     cp.write_bytes(b"PAR1 garbage")
     snap = _table(t).snapshot()
@@ -195,7 +200,9 @@ def test_corrupt_checkpoint_falls_back_to_commits(tmp_path):
 @pytest.mark.parametrize("content", [b"", b"{not json", b'{"version": "x"}', b'{"version": 99}'])
 def test_last_checkpoint_corrupt_or_stale_is_ignored(tmp_path, content):
     t = _copy("v2-checkpoints-parquet-with-sidecars", tmp_path)
-    expected = sorted(_table(TABLES / "v2-checkpoints-parquet-with-sidecars").snapshot().files().column("path").to_pylist())
+    expected = sorted(
+        _table(TABLES / "v2-checkpoints-parquet-with-sidecars").snapshot().files().column("path").to_pylist()
+    )
     (t / "_delta_log" / "_last_checkpoint").write_bytes(content)
     assert sorted(_table(t).snapshot().files().column("path").to_pylist()) == expected
 
@@ -211,11 +218,14 @@ def test_timestamp_outside_history(tmp_path):
         table.snapshot(timestamp="2000-01-01T00:00:00Z")
     assert err.value.message == (
         "The provided timestamp (2000-01-01 00:00:00.0) is before the earliest version available to this table "
-        "(2020-09-13 12:26:40.0). Please use a timestamp greater than or equal to 2020-09-13 12:26:40.0.")
+        "(2020-09-13 12:26:40.0). Please use a timestamp greater than or equal to 2020-09-13 12:26:40.0."
+    )
     assert (err.value.http_status, err.value.error_code) == (400, "MALFORMED_REQUEST")
     _location_only_for_the_operator(err.value, tmp_path)
-    after = ("The provided timestamp (2030-01-01 00:00:00.0) is after the latest version available to this table "
-             "(2023-11-14 22:13:20.0). Please use a timestamp less than or equal to 2023-11-14 22:13:20.0.")
+    after = (
+        "The provided timestamp (2030-01-01 00:00:00.0) is after the latest version available to this table "
+        "(2023-11-14 22:13:20.0). Please use a timestamp less than or equal to 2023-11-14 22:13:20.0."
+    )
     with pytest.raises(TimestampOutOfRange) as err:
         table.snapshot(timestamp="2030-01-01T00:00:00Z")
     assert err.value.message == after
@@ -271,8 +281,10 @@ def test_absolute_path_inside_root_matches_relative_add(tmp_path):
 
 def test_in_commit_timestamps_win_over_file_times(tmp_path):
     md = orjson.loads(orjson.dumps(METADATA))
-    md["metaData"]["configuration"] = {"delta.enableInCommitTimestamps": "true",
-                                       "delta.inCommitTimestampEnablementVersion": "1"}
+    md["metaData"]["configuration"] = {
+        "delta.enableInCommitTimestamps": "true",
+        "delta.inCommitTimestampEnablementVersion": "1",
+    }
     _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
     _commit(tmp_path, 1, {"commitInfo": {"timestamp": 5, "inCommitTimestamp": 1_650_000_000_000}}, md, _add("b"))
     _commit(tmp_path, 2, {"commitInfo": {"timestamp": 6, "inCommitTimestamp": 1_650_000_100_000}}, _add("c"))

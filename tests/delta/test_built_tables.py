@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
+import builders  # noqa: E402
+import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from urllib.parse import unquote
-
-deltalake = pytest.importorskip("deltalake")
-import builders  # noqa: E402
 
 from deltaport import dv  # noqa: E402
 from deltaport.delta import DeltaTable, SnapshotCache  # noqa: E402
@@ -24,7 +24,9 @@ BUILDERS = {
 
 
 def _oracle(path: str, version: int) -> list[str]:
-    return sorted(pa.table(deltalake.DeltaTable(path, version=version).get_add_actions(flatten=True)).column("path").to_pylist())
+    return sorted(
+        pa.table(deltalake.DeltaTable(path, version=version).get_add_actions(flatten=True)).column("path").to_pylist()
+    )
 
 
 @pytest.mark.parametrize("kind", sorted(BUILDERS))

@@ -8,10 +8,25 @@ import pytest
 
 from deltaport.delta.commit_json import _fast_parse, _slow_parse, parse_actions
 
-ADD = {"add": {"path": "p=1/a.parquet", "partitionValues": {"p": "1"}, "size": 10, "modificationTime": 1,
-               "dataChange": True, "stats": '{"numRecords":3}'}}
-REMOVE = {"remove": {"path": "p=1/b.parquet", "deletionTimestamp": 5, "dataChange": True,
-                     "partitionValues": {"p": "1"}, "size": 7}}
+ADD = {
+    "add": {
+        "path": "p=1/a.parquet",
+        "partitionValues": {"p": "1"},
+        "size": 10,
+        "modificationTime": 1,
+        "dataChange": True,
+        "stats": '{"numRecords":3}',
+    }
+}
+REMOVE = {
+    "remove": {
+        "path": "p=1/b.parquet",
+        "deletionTimestamp": 5,
+        "dataChange": True,
+        "partitionValues": {"p": "1"},
+        "size": 7,
+    }
+}
 CDC = {"cdc": {"path": "_change_data/c.parquet", "partitionValues": {"p": "1"}, "size": 3, "dataChange": False}}
 INFO = {"commitInfo": {"timestamp": 99, "operation": "WRITE"}}
 TXN = {"txn": {"appId": "app", "version": 3}}
@@ -31,10 +46,19 @@ def _same(data: bytes) -> None:
     assert fast.txns == exact.txns and fast.domain_metadata == exact.domain_metadata
 
 
-@pytest.mark.parametrize("actions", [
-    (ADD, ADD), (INFO, ADD, ADD), (REMOVE,), (ADD, REMOVE, INFO), (INFO, CDC, ADD, REMOVE, TXN, DOMAIN),
-    (TXN,), (INFO,),
-], ids=["adds", "info+adds", "remove", "add+remove+info", "everything", "txn", "info"])
+@pytest.mark.parametrize(
+    "actions",
+    [
+        (ADD, ADD),
+        (INFO, ADD, ADD),
+        (REMOVE,),
+        (ADD, REMOVE, INFO),
+        (INFO, CDC, ADD, REMOVE, TXN, DOMAIN),
+        (TXN,),
+        (INFO,),
+    ],
+    ids=["adds", "info+adds", "remove", "add+remove+info", "everything", "txn", "info"],
+)
 def test_fast_path_equals_exact_parser(actions):
     data = _text(*actions)
     _fast_parse(data, ["p"], "00.json", None)  # the fast path takes it (no fallback)

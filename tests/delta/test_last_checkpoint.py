@@ -6,10 +6,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import builders
 import deltalake
 import pytest
 
-import builders
 from deltaport.delta import DeltaTable, SnapshotCache
 
 HINT = Path("_delta_log") / "_last_checkpoint"
@@ -71,15 +71,18 @@ def test_a_cold_load_lists_from_the_hinted_checkpoint(table, built):
     assert listings.starts[1:] == [f"{24:020d}.~"]  # then only what is new
 
 
-@pytest.mark.parametrize("hint", [
-    '{"version":10,"size":1}',        # stale: a newer checkpoint exists
-    '{"version":15,"size":1}',        # names a version without a checkpoint (a newer one follows)
-    '{"version":99,"size":1}',        # after the latest version
-    '{"version":23,"size":1}',        # no checkpoint at or after it
-    '{"version":"20"}',               # wrong type
-    'not json at all',                # corrupt
-    '',                               # empty
-])
+@pytest.mark.parametrize(
+    "hint",
+    [
+        '{"version":10,"size":1}',  # stale: a newer checkpoint exists
+        '{"version":15,"size":1}',  # names a version without a checkpoint (a newer one follows)
+        '{"version":99,"size":1}',  # after the latest version
+        '{"version":23,"size":1}',  # no checkpoint at or after it
+        '{"version":"20"}',  # wrong type
+        "not json at all",  # corrupt
+        "",  # empty
+    ],
+)
 def test_a_stale_or_corrupt_hint_still_gives_the_right_table(table, built, hint):
     (table / HINT).write_text(hint)
     dt, _ = _cold(table)

@@ -10,12 +10,11 @@ import os
 import re
 from pathlib import Path
 
+import deltalake
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-deltalake = pytest.importorskip("deltalake")
 
 from deltaport.delta import DeltaTable, SnapshotCache  # noqa: E402
 from deltaport.errors import NotADeltaTable, UnsupportedTableFeature  # noqa: E402
@@ -45,8 +44,12 @@ def _table_dirs() -> list[str]:
 ALL_TABLES = _table_dirs()
 ORACLE_TABLES = [t for t in ALL_TABLES if t not in REFUSED and t not in NO_COMMITS and t != BIG]
 DV_TABLES = [
-    t for t in ORACLE_TABLES
-    if any(re.search(rb"\"deletionVector\"\s*:\s*\{", f.read_bytes()) for f in (TABLES_ROOT / t / "_delta_log").glob("*.json"))
+    t
+    for t in ORACLE_TABLES
+    if any(
+        re.search(rb"\"deletionVector\"\s*:\s*\{", f.read_bytes())
+        for f in (TABLES_ROOT / t / "_delta_log").glob("*.json")
+    )
 ]
 
 
@@ -84,7 +87,8 @@ def test_some_tables_have_deletion_vectors():
 
 @pytest.mark.parametrize("name", DV_TABLES)
 def test_deletion_vectors_match_deltalake(name):
-    dv = pytest.importorskip("deltaport.dv")
+    from deltaport import dv
+
     path = TABLES_ROOT / name
     snap = DeltaTable(str(path), cache=SnapshotCache()).snapshot()
     with_dv = [a for a in snap.add_actions() if a.get("deletionVector")]
@@ -118,9 +122,11 @@ def test_deletion_vectors_match_deltalake(name):
 
 def test_row_sets_with_deletion_vectors_match_deltalake():
     """Reading live files and dropping DV rows gives the same rows as a DV-aware reader."""
-    dv = pytest.importorskip("deltaport.dv")
-    polars = pytest.importorskip("polars")
     from urllib.parse import unquote
+
+    import polars
+
+    from deltaport import dv
 
     checked = 0
     for name in ("table-with-dv-small", "with-short-dv", "cdf-table-with-dv", "cdf-table-with-cdc-and-dvs"):
@@ -131,7 +137,9 @@ def test_row_sets_with_deletion_vectors_match_deltalake():
         for add in snap.add_actions():
             data = pq.read_table(path / unquote(add["path"]))
             if add.get("deletionVector"):
-                deleted = dv.read_dv(dv.DeletionVectorDescriptor.from_dict(add["deletionVector"]), table.store.read_range)
+                deleted = dv.read_dv(
+                    dv.DeletionVectorDescriptor.from_dict(add["deletionVector"]), table.store.read_range
+                )
                 keep = pa.array([i not in set(deleted.tolist()) for i in range(data.num_rows)])
                 data = data.filter(keep)
             parts.append(data)
@@ -215,9 +223,16 @@ def test_big_log_matches_deltalake():
     assert snap.size_in_bytes == sum(theirs_size.to_pylist())
 
 
-@pytest.mark.parametrize("name", ["v1-single-part-struct-stats-only", "v1-multi-part-struct-stats-only",
-                                  "v2-classic-parquet-struct-stats-only", "v2-parquet-sidecars-struct-stats-only",
-                                  "v2-json-sidecars-struct-stats-only"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "v1-single-part-struct-stats-only",
+        "v1-multi-part-struct-stats-only",
+        "v2-classic-parquet-struct-stats-only",
+        "v2-parquet-sidecars-struct-stats-only",
+        "v2-json-sidecars-struct-stats-only",
+    ],
+)
 def test_stats_rebuilt_from_struct_only_checkpoints_match_the_commits(name):
     """Checkpoints with only stats_parsed: the JSON stats we rebuild equal what the commits wrote."""
     path = TABLES_ROOT / name

@@ -8,12 +8,12 @@ import random
 from pathlib import Path
 from urllib.parse import unquote
 
+import builders
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-import builders
 from deltaport import dv
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.delta.scan import scan
@@ -37,8 +37,10 @@ def test_partition_pruning():
 
 def test_stats_skipping_with_json_hint():
     snap = _snap("basic_partitioned")
-    hint = '{"op":"greaterThan","children":[{"op":"column","name":"number","valueType":"long"},' \
-           '{"op":"literal","value":"4","valueType":"long"}]}'
+    hint = (
+        '{"op":"greaterThan","children":[{"op":"column","name":"number","valueType":"long"},'
+        '{"op":"literal","value":"4","valueType":"long"}]}'
+    )
     result = scan(snap, parse_json_predicate(hint))
     import orjson
 
@@ -54,8 +56,9 @@ def test_no_predicate_keeps_everything_in_log_order():
 
 def test_unreadable_stats_keep_every_file(tmp_path):
     snap = _snap("basic_partitioned")
-    broken = snap.live.set_column(snap.live.column_names.index("stats"), "stats",
-                                  pa.array(['{"numRecords":"x"}'] * snap.num_files))
+    broken = snap.live.set_column(
+        snap.live.column_names.index("stats"), "stats", pa.array(['{"numRecords":"x"}'] * snap.num_files)
+    )
     from dataclasses import replace
 
     result = scan(replace(snap, live=broken), parse_sql_predicates(["number > 100"]))
@@ -102,8 +105,9 @@ def _file_rows(path: Path, snap, add: dict, store) -> pa.Table:
     data = pq.ParquetFile(path / unquote(add["path"])).read()  # no hive discovery from the path
     physical = {f.physical_name: f.name for f in snap.schema.fields}
     data = data.rename_columns([physical.get(c, c) for c in data.column_names])
-    data = data.drop_columns([c for c in data.column_names if c in add["partitionValues"]
-                              or physical.get(c, c) in snap.partition_columns])
+    data = data.drop_columns(
+        [c for c in data.column_names if c in add["partitionValues"] or physical.get(c, c) in snap.partition_columns]
+    )
     for i, name in enumerate(data.column_names):  # widened types: read every file as the table type
         f = snap.schema.field(name)
         if f is not None and isinstance(f.type, str) and f.type not in ("void", "binary"):

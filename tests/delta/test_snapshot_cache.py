@@ -48,14 +48,17 @@ def _remove(name: str, dv: dict | None = None) -> dict:
 
 
 def _paths(snap) -> list[tuple[str, str | None]]:
-    return sorted(
-        (a["path"], (a.get("deletionVector") or {}).get("pathOrInlineDv")) for a in snap.add_actions()
-    )
+    return sorted((a["path"], (a.get("deletionVector") or {}).get("pathOrInlineDv")) for a in snap.add_actions())
 
 
 def test_incremental_refresh_equals_cold_load(tmp_path, monkeypatch):
-    dv = {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L", "offset": None,
-          "sizeInBytes": 36, "cardinality": 2}
+    dv = {
+        "storageType": "i",
+        "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L",
+        "offset": None,
+        "sizeInBytes": 36,
+        "cardinality": 2,
+    }
     _commit(tmp_path, 0, PROTOCOL, METADATA, _add("f0"), _add("f1", "b"), _add("f2"))
     cache = SnapshotCache()
     table = DeltaTable(str(tmp_path), cache=cache)
@@ -173,8 +176,13 @@ def test_partitioning_change_rebuilds(tmp_path, partition_change):
     table.snapshot()
     md = orjson.loads(orjson.dumps(METADATA))
     md["metaData"]["partitionColumns"] = []
-    _commit(tmp_path, 1, md, _remove("f0"), {"add": {"path": "n0", "partitionValues": {}, "size": 1,
-                                                   "modificationTime": 1, "dataChange": True}})
+    _commit(
+        tmp_path,
+        1,
+        md,
+        _remove("f0"),
+        {"add": {"path": "n0", "partitionValues": {}, "size": 1, "modificationTime": 1, "dataChange": True}},
+    )
     snap = table.snapshot()
     assert [a["path"] for a in snap.add_actions()] == ["n0"]
     assert snap.partition_columns == []
@@ -182,8 +190,16 @@ def test_partitioning_change_rebuilds(tmp_path, partition_change):
 
 def _add_with_stats(name: str, low: int) -> dict:
     stats = {"numRecords": 10, "minValues": {"x": low}, "maxValues": {"x": low + 9}, "nullCount": {"x": 0}}
-    return {"add": {"path": name, "partitionValues": {"p": "a"}, "size": 1, "modificationTime": 1,
-                    "dataChange": True, "stats": orjson.dumps(stats).decode()}}
+    return {
+        "add": {
+            "path": name,
+            "partitionValues": {"p": "a"},
+            "size": 1,
+            "modificationTime": 1,
+            "dataChange": True,
+            "stats": orjson.dumps(stats).decode(),
+        }
+    }
 
 
 def test_stats_parsed_by_a_scan_count_in_the_bound_and_go_with_their_snapshot(tmp_path):

@@ -110,7 +110,9 @@ def test_sql_hints_on_partition_column(birthday_table: FileColumns) -> None:
 
 
 def _partitioned(value_type: str, raw: list[str | None]) -> FileColumns:
-    return FileColumns(num_rows=len(raw), column_types={"p": value_type}, partition_values={"p": pa.array(raw, pa.string())})
+    return FileColumns(
+        num_rows=len(raw), column_types={"p": value_type}, partition_values={"p": pa.array(raw, pa.string())}
+    )
 
 
 def test_partition_null_and_empty_string_are_null() -> None:
@@ -239,7 +241,9 @@ def test_declared_column_type_narrower_than_the_real_type_is_unknown() -> None:
 
 
 def test_decimal_stats() -> None:
-    files = _stats("decimal(5,2)", [Decimal("1.25"), Decimal("-3.10")], [Decimal("2.00"), Decimal("0.00")], pa.decimal128(5, 2))
+    files = _stats(
+        "decimal(5,2)", [Decimal("1.25"), Decimal("-3.10")], [Decimal("2.00"), Decimal("0.00")], pa.decimal128(5, 2)
+    )
     assert keep(Comparison(">", col("c"), lit(Decimal("1.999"), "decimal(4,3)")), files) == [True, False]
     assert keep(Comparison("<", col("c"), lit(-3, "integer")), files) == [False, True]
     assert keep(Comparison("<", col("c"), lit(-3.0, "double")), files) == [True, True]  # double vs decimal: unknown
@@ -313,7 +317,9 @@ def test_many_files_columnar() -> None:
         null_counts={"id": pa.array([0] * n, pa.int64())},
         num_records=pa.array([10] * n, pa.int64()),
     )
-    expr = And((Comparison(">=", col("id"), lit(1000, "long")), Comparison("=", col("part"), lit("2021-01-05", "string"))))
+    expr = And(
+        (Comparison(">=", col("id"), lit(1000, "long")), Comparison("=", col("part"), lit("2021-01-05", "string")))
+    )
     mask = prune_mask(expr, files).to_pylist()
     assert sum(mask) == len([i for i in range(n) if i >= 100 and i % 28 == 4])
 
@@ -340,12 +346,29 @@ _POOLS: dict[str, list[Any]] = {
     "pd": [dt.date(2020, 1, 1), dt.date(2020, 2, 2)],
 }
 _TYPES = {
-    "l": "long", "i": "integer", "d": "double", "f": "float", "s": "string", "dt": "date",
-    "ts": "timestamp", "b": "boolean", "dec": "decimal(5,2)", "pl": "long", "ps": "string", "pd": "date",
+    "l": "long",
+    "i": "integer",
+    "d": "double",
+    "f": "float",
+    "s": "string",
+    "dt": "date",
+    "ts": "timestamp",
+    "b": "boolean",
+    "dec": "decimal(5,2)",
+    "pl": "long",
+    "ps": "string",
+    "pd": "date",
 }
 _ARROW = {
-    "long": pa.int64(), "integer": pa.int32(), "double": pa.float64(), "float": pa.float32(), "string": pa.string(),
-    "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "boolean": pa.bool_(), "decimal(5,2)": pa.decimal128(5, 2),
+    "long": pa.int64(),
+    "integer": pa.int32(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "string": pa.string(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "boolean": pa.bool_(),
+    "decimal(5,2)": pa.decimal128(5, 2),
 }
 _PARTITIONS = ("pl", "ps", "pd")
 _STRING_STATS_PREFIX = 2
@@ -411,8 +434,12 @@ def _random_literal(rng: random.Random, column: str) -> Literal:
     value = rng.choice(_POOLS[column])
     roll = rng.random()
     if roll < 0.15 and value_type in ("long", "integer", "double", "float", "decimal(5,2)"):
-        other = rng.choice([2, -3, 0, 2.5, 1.25, 0.1, 2**53, float(2**53), Decimal("1.3"), Decimal("-3.1"), "2", "1.25"])
-        other_type = {int: "long", float: rng.choice(["double", "float"]), Decimal: "decimal(3,1)", str: "string"}[type(other)]
+        other = rng.choice(
+            [2, -3, 0, 2.5, 1.25, 0.1, 2**53, float(2**53), Decimal("1.3"), Decimal("-3.1"), "2", "1.25"]
+        )
+        other_type = {int: "long", float: rng.choice(["double", "float"]), Decimal: "decimal(3,1)", str: "string"}[
+            type(other)
+        ]
         return Literal(other, other_type)
     if roll < 0.3 and value_type in ("date", "timestamp"):
         text = value.isoformat() if value_type == "date" else value.strftime("%Y-%m-%d %H:%M:%S.%f")

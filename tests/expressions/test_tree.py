@@ -120,9 +120,15 @@ def test_describe() -> None:
 @pytest.mark.parametrize(
     ("spelling", "delta_type"),
     [
-        ("INT", "integer"), ("bigint", "long"), ("Bool", "boolean"), ("TIMESTAMP_LTZ", "timestamp"),
-        ("decimal(10, 2)", "decimal(10,2)"), ("DECIMAL", "decimal(10,0)"), ("varchar", "string"),
-        ("decimal(40,2)", None), ("geometry", None),
+        ("INT", "integer"),
+        ("bigint", "long"),
+        ("Bool", "boolean"),
+        ("TIMESTAMP_LTZ", "timestamp"),
+        ("decimal(10, 2)", "decimal(10,2)"),
+        ("DECIMAL", "decimal(10,0)"),
+        ("varchar", "string"),
+        ("decimal(40,2)", None),
+        ("geometry", None),
     ],
 )
 def test_normalize_type(spelling: str, delta_type: str | None) -> None:
@@ -148,7 +154,13 @@ def test_convert_text() -> None:
     assert convert_text("1.5e3", "double") == 1500.0
     assert convert_text("2021-04-29", "date") == dt.date(2021, 4, 29)
     assert convert_text("1.50", "decimal(3,1)") == Decimal("1.50")
-    for text, value_type in [("3000000000", "integer"), ("1.5", "long"), ("yes", "boolean"), ("1.55", "decimal(3,1)"), ("x", "binary")]:
+    for text, value_type in [
+        ("3000000000", "integer"),
+        ("1.5", "long"),
+        ("yes", "boolean"),
+        ("1.55", "decimal(3,1)"),
+        ("x", "binary"),
+    ]:
         with pytest.raises(ValueError):
             convert_text(text, value_type)
 

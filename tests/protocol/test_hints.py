@@ -86,7 +86,13 @@ def test_literal_value_types(wire_type: str, text: str, value_type: str, value: 
 
 def test_all_comparison_ops_is_null_and_not() -> None:
     c, v = column("c", "long"), literal("1", "long")
-    for name, symbol in [("equal", "="), ("lessThan", "<"), ("lessThanOrEqual", "<="), ("greaterThan", ">"), ("greaterThanOrEqual", ">=")]:
+    for name, symbol in [
+        ("equal", "="),
+        ("lessThan", "<"),
+        ("lessThanOrEqual", "<="),
+        ("greaterThan", ">"),
+        ("greaterThanOrEqual", ">="),
+    ]:
         assert parse(op(name, c, v)) == Comparison(symbol, Column("c", "long"), Literal(1, "long"))
     assert parse(op("not", op("isNull", column("id", "int")))) == Not(IsNull(Column("id", "integer")))
     assert parse(op("or", op("isNull", c), op("equal", c, v))) == Or(
@@ -158,13 +164,17 @@ def test_json_literal_values_given_as_json_numbers_or_booleans() -> None:
         op("equal", column("hireDate", "date"), literal("2021-04-29", "date")),
         op(
             "or",
-            op("and", op("greaterThanOrEqual", column("d", "date"), literal("2021-01-01", "date")), op("lessThan", column("d", "date"), literal("2021-04-01", "date"))),
+            op(
+                "and",
+                op("greaterThanOrEqual", column("d", "date"), literal("2021-01-01", "date")),
+                op("lessThan", column("d", "date"), literal("2021-04-01", "date")),
+            ),
             op("not", op("isNull", column("id", "long"))),
             op("lessThanOrEqual", column("x", "double"), literal("0.1", "double")),
             op("greaterThan", column("f", "float"), literal("-1.5", "float")),
             op("equal", column("b", "bool"), literal("false", "bool")),
             op("equal", column("t", "timestamp"), literal("2022-01-01T00:00:00.123456Z", "timestamp")),
-            op("equal", column("s", "string"), literal("it's \"quoted\" \u00e9", "string")),
+            op("equal", column("s", "string"), literal('it\'s "quoted" \u00e9', "string")),
         ),
     ],
 )
@@ -176,13 +186,17 @@ def test_json_round_trip(tree: dict[str, Any]) -> None:
 
 def test_expr_to_json_rewrites_sql_only_operators() -> None:
     c, one = Column("c", "long"), Literal(1, "long")
-    assert json.loads(expr_to_json(Comparison("<>", c, one))) == op("not", op("equal", column("c", "long"), literal("1", "long")))
+    assert json.loads(expr_to_json(Comparison("<>", c, one))) == op(
+        "not", op("equal", column("c", "long"), literal("1", "long"))
+    )
     assert json.loads(expr_to_json(Comparison("<=>", c, one))) == op(
         "and", op("not", op("isNull", column("c", "long"))), op("equal", column("c", "long"), literal("1", "long"))
     )
     assert json.loads(expr_to_json(Comparison("<=>", c, Literal(None, "null")))) == op("isNull", column("c", "long"))
     assert json.loads(expr_to_json(In(c, (one, Literal(2, "long"))))) == op(
-        "or", op("equal", column("c", "long"), literal("1", "long")), op("equal", column("c", "long"), literal("2", "long"))
+        "or",
+        op("equal", column("c", "long"), literal("1", "long")),
+        op("equal", column("c", "long"), literal("2", "long")),
     )
     untyped = json.loads(expr_to_json(Comparison(">", Column("age"), Literal(3, "integer"))))
     assert untyped == op("greaterThan", column("age", "int"), literal("3", "int"))
@@ -276,7 +290,9 @@ def test_sql_columns_casts_and_operators() -> None:
     assert sql("`my col` = 1") == Comparison("=", Column("my col"), Literal(1, "integer"))
     assert sql("`a``b` = 1") == Comparison("=", Column("a`b"), Literal(1, "integer"))
     assert sql("CAST(id AS BIGINT) > 10L") == Comparison(">", Column("id", "long"), Literal(10, "long"))
-    assert sql("cast(price as decimal(10, 2)) < 1") == Comparison("<", Column("price", "decimal(10,2)"), Literal(1, "integer"))
+    assert sql("cast(price as decimal(10, 2)) < 1") == Comparison(
+        "<", Column("price", "decimal(10,2)"), Literal(1, "integer")
+    )
     assert sql("a != 1") == Comparison("<>", Column("a"), Literal(1, "integer"))
     assert sql("a == 1") == Comparison("=", Column("a"), Literal(1, "integer"))
     assert sql("a <=> NULL") == Comparison("<=>", Column("a"), Literal(None, "null"))

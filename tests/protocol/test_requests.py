@@ -17,27 +17,30 @@ def test_official_client_bodies():
     assert QueryRequest.parse(b'{"idempotency_key":"k"}').idempotency_key == "k"
 
 
-@pytest.mark.parametrize("body,error,needle", [
-    (b"", MalformedRequest, "empty"),
-    (b"{", MalformedRequest, "not valid JSON"),
-    (b"[]", MalformedRequest, "JSON object"),
-    (b'{"version":"x3"}', MalformedRequest, "not a numeric value"),
-    (b'{"version":true}', MalformedRequest, "boolean"),
-    (b'{"maxFiles":3000000000}', MalformedRequest, "32-bit"),
-    (b'{"version":99999999999999999999}', MalformedRequest, "64-bit"),
-    (b'{"predicateHints":"a = 1"}', MalformedRequest, "list of strings"),
-    (b'{"limit":3}', MalformedRequest, "unknown field"),
-    (b'{"version":1,"timestamp":"2020-01-01T00:00:00Z"}', InvalidParameter, "only provide one of"),
-    (b'{"version":-1}', InvalidParameter, "^table version cannot be negative.$"),
-    (b'{"maxFiles":0}', InvalidParameter, "maxFiles must be positive"),
-    (b'{"maxFiles":-1}', InvalidParameter, "maxFiles must be positive"),
-    (b'{"includeRefreshToken":true,"version":1}', InvalidParameter, "specific version"),
-    (b'{"includeRefreshToken":true,"pageToken":"p"}', InvalidParameter, "first page"),
-    (b'{"refreshToken":"r","version":1}', InvalidParameter, "specific version"),
-    (b'{"startingVersion":3,"endingVersion":2}', InvalidParameter, "smaller than or equal"),
-    (b'{"limitHint":-5}', InvalidParameter, "limitHint cannot be negative"),
-    (b'{"includeRefreshToken":"yes"}', MalformedRequest, "true or false"),
-])
+@pytest.mark.parametrize(
+    "body,error,needle",
+    [
+        (b"", MalformedRequest, "empty"),
+        (b"{", MalformedRequest, "not valid JSON"),
+        (b"[]", MalformedRequest, "JSON object"),
+        (b'{"version":"x3"}', MalformedRequest, "not a numeric value"),
+        (b'{"version":true}', MalformedRequest, "boolean"),
+        (b'{"maxFiles":3000000000}', MalformedRequest, "32-bit"),
+        (b'{"version":99999999999999999999}', MalformedRequest, "64-bit"),
+        (b'{"predicateHints":"a = 1"}', MalformedRequest, "list of strings"),
+        (b'{"limit":3}', MalformedRequest, "unknown field"),
+        (b'{"version":1,"timestamp":"2020-01-01T00:00:00Z"}', InvalidParameter, "only provide one of"),
+        (b'{"version":-1}', InvalidParameter, "^table version cannot be negative.$"),
+        (b'{"maxFiles":0}', InvalidParameter, "maxFiles must be positive"),
+        (b'{"maxFiles":-1}', InvalidParameter, "maxFiles must be positive"),
+        (b'{"includeRefreshToken":true,"version":1}', InvalidParameter, "specific version"),
+        (b'{"includeRefreshToken":true,"pageToken":"p"}', InvalidParameter, "first page"),
+        (b'{"refreshToken":"r","version":1}', InvalidParameter, "specific version"),
+        (b'{"startingVersion":3,"endingVersion":2}', InvalidParameter, "smaller than or equal"),
+        (b'{"limitHint":-5}', InvalidParameter, "limitHint cannot be negative"),
+        (b'{"includeRefreshToken":"yes"}', MalformedRequest, "true or false"),
+    ],
+)
 def test_bad_bodies(body, error, needle):
     with pytest.raises(error, match=needle):
         QueryRequest.parse(body)
@@ -52,10 +55,12 @@ def test_query_params():
     with pytest.raises(InvalidParameter, match="startingVersion is not a valid number"):
         parse_version_param("startingVersion", "abc")
     # the reference server's texts, exactly
-    for name, value, message in [("version", "-1", "version cannot be negative"),
-                                 ("startingVersion", "-1", "startingVersion cannot be negative."),
-                                 ("endingVersion", "-3", "endingVersion cannot be negative."),
-                                 ("version", "9" * 30, "version is not a valid number.")]:
+    for name, value, message in [
+        ("version", "-1", "version cannot be negative"),
+        ("startingVersion", "-1", "startingVersion cannot be negative."),
+        ("endingVersion", "-3", "endingVersion cannot be negative."),
+        ("version", "9" * 30, "version is not a valid number."),
+    ]:
         with pytest.raises(InvalidParameter) as err:
             parse_version_param(name, value)
         assert err.value.message == message

@@ -10,7 +10,9 @@ import pytest
 
 from deltaport.server import create_app, parse_config
 
-TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")).resolve() / "delta-tables"
+TABLES = (
+    Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")).resolve() / "delta-tables"
+)
 
 CORPUS = {
     "dv": "table-with-dv-small",
@@ -29,19 +31,24 @@ OTHER_TOKEN = "test-token-bob"
 
 
 def corpus_config(extra_tables: dict[str, str] | None = None) -> dict:
-    tables = [{"name": name, "location": str(TABLES / path), "id": f"id-{name}", "historyShared": True}
-              for name, path in CORPUS.items()]
+    tables = [
+        {"name": name, "location": str(TABLES / path), "id": f"id-{name}", "historyShared": True}
+        for name, path in CORPUS.items()
+    ]
     tables.append({"name": "nohistory", "location": str(TABLES / "basic_partitioned"), "id": "id-nohistory"})
-    tables.append({"name": "broken", "location": str(TABLES / "crc-malformed"), "id": "id-broken",
-                   "historyShared": True})
+    tables.append(
+        {"name": "broken", "location": str(TABLES / "crc-malformed"), "id": "id-broken", "historyShared": True}
+    )
     for name, path in (extra_tables or {}).items():
         tables.append({"name": name, "location": path, "id": f"id-{name}", "historyShared": True})
     return {
         "version": 1,
         "shares": [
             {"name": "corpus", "schemas": [{"name": "default", "tables": tables}]},
-            {"name": "other", "schemas": [{"name": "s", "tables": [
-                {"name": "t", "location": str(TABLES / "basic_partitioned")}]}]},
+            {
+                "name": "other",
+                "schemas": [{"name": "s", "tables": [{"name": "t", "location": str(TABLES / "basic_partitioned")}]}],
+            },
         ],
         "recipients": [
             {"name": "alice", "tokens": [TOKEN], "shares": ["corpus"]},
@@ -73,6 +80,7 @@ def http(server):
 @pytest.fixture(scope="session")
 def profile(server, tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("profile") / "alice.share"
-    path.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing",
-                                "bearerToken": TOKEN}))
+    path.write_text(
+        json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing", "bearerToken": TOKEN})
+    )
     return str(path)

@@ -29,7 +29,9 @@ def test_a_starting_timestamp_at_a_commit_reads_from_that_commit(http):
     import orjson
 
     out = [orjson.loads(x) for x in http.get(T + "/cdf/changes", params={"startingVersion": 0}).content.splitlines()]
-    stamps = sorted({(a["version"], a["timestamp"]) for x in out for k, a in x.items() if k in ("add", "cdf", "remove")})
+    stamps = sorted(
+        {(a["version"], a["timestamp"]) for x in out for k, a in x.items() if k in ("add", "cdf", "remove")}
+    )
     version, ms = stamps[-1]
     iso = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
     r = http.get(T + "/cdf/changes", params={"startingTimestamp": iso})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import orjson
 import pyarrow as pa
 import pytest
-
 from conftest import TABLES
 
 from deltaport.delta import DeltaTable, SnapshotCache
@@ -20,17 +19,27 @@ NOW = 1_700_000_040.0  # at the start of a signing window, so both paths sign at
 def _both(snapshot, id_hash="parquet", version=None):
     signer = LocalFileSigner("http://127.0.0.1:9/delta-sharing", "k" * 24, "AK", b"s" * 32)
     indices = pa.array(range(snapshot.num_files), pa.int64())
-    chunks, expiry = ColumnarLines().lines(snapshot, indices, signer, expires_in=900, now=NOW, id_hash=id_hash,
-                                           version=version)
+    chunks, expiry = ColumnarLines().lines(
+        snapshot, indices, signer, expires_in=900, now=NOW, id_hash=id_hash, version=version
+    )
     columnar = b"".join(chunks)
-    maker = FileLineMaker(table_uri=snapshot.table_uri, signer=signer, expires_in=900, fmt="parquet",
-                          id_hash=id_hash, now=NOW)
+    maker = FileLineMaker(
+        table_uri=snapshot.table_uri, signer=signer, expires_in=900, fmt="parquet", id_hash=id_hash, now=NOW
+    )
     rows = b"".join(maker.snapshot_lines(snapshot, indices, version=version))
     return columnar, rows, expiry, maker.expiry.min_ms
 
 
-@pytest.mark.parametrize("name", ["basic_partitioned", "mixed-nulls", "timestamp-truncation-stats",
-                                  "cdf-table", "v2-checkpoints-parquet-with-sidecars"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "basic_partitioned",
+        "mixed-nulls",
+        "timestamp-truncation-stats",
+        "cdf-table",
+        "v2-checkpoints-parquet-with-sidecars",
+    ],
+)
 def test_corpus_tables(name):
     snap = DeltaTable(str(TABLES / name), cache=SnapshotCache()).snapshot()
     columnar, rows, e1, e2 = _both(snap)
@@ -52,16 +61,20 @@ def test_subset_and_window_cache():
     snap = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
     signer = LocalFileSigner("http://127.0.0.1:9/delta-sharing", "k" * 24, "AK", b"s" * 32)
     lines = ColumnarLines()
-    full = b"".join(lines.lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=NOW,
-                                id_hash="parquet")[0]).splitlines()
-    again = b"".join(lines.lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=NOW + 30,
-                                 id_hash="parquet")[0]).splitlines()
+    full = b"".join(
+        lines.lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=NOW, id_hash="parquet")[0]
+    ).splitlines()
+    again = b"".join(
+        lines.lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=NOW + 30, id_hash="parquet")[0]
+    ).splitlines()
     assert full == again  # same window: identical URLs
-    later = b"".join(lines.lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=NOW + 60,
-                                 id_hash="parquet")[0]).splitlines()
+    later = b"".join(
+        lines.lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=NOW + 60, id_hash="parquet")[0]
+    ).splitlines()
     assert later != full
-    part = b"".join(lines.lines(snap, pa.array([4, 1], pa.int64()), signer, expires_in=900, now=NOW,
-                                id_hash="parquet")[0]).splitlines()
+    part = b"".join(
+        lines.lines(snap, pa.array([4, 1], pa.int64()), signer, expires_in=900, now=NOW, id_hash="parquet")[0]
+    ).splitlines()
     assert part == [full[4], full[1]]
 
 
@@ -69,11 +82,13 @@ def test_short_lifetimes_are_signed_at_now_not_at_the_window_start():
     snap = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
     signer = LocalFileSigner("http://127.0.0.1:9/delta-sharing", "k" * 24, "AK", b"s" * 32)
     now = NOW + 59  # late in the window
-    _, expiry = ColumnarLines().lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=30, now=now,
-                                      id_hash="parquet")
+    _, expiry = ColumnarLines().lines(
+        snap, pa.array(range(6), pa.int64()), signer, expires_in=30, now=now, id_hash="parquet"
+    )
     assert expiry == int(now + 30) * 1000
-    _, expiry = ColumnarLines().lines(snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=now,
-                                      id_hash="parquet")
+    _, expiry = ColumnarLines().lines(
+        snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=now, id_hash="parquet"
+    )
     assert int(now) * 1000 + 840_000 <= expiry <= int(now) * 1000 + 900_000
 
 

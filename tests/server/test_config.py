@@ -45,8 +45,12 @@ def test_reference_template_loads_unchanged(tmp_path):
     p.write_text(REFERENCE)
     cfg = load_config(p)
     t1, t2 = cfg.shares[0].schemas[0].tables
-    assert (t1.name, t1.location, t1.id, t1.history_shared) == ("table1", "s3a://bucket/table1",
-                                                               "00000000-0000-0000-0000-000000000000", False)
+    assert (t1.name, t1.location, t1.id, t1.history_shared) == (
+        "table1",
+        "s3a://bucket/table1",
+        "00000000-0000-0000-0000-000000000000",
+        False,
+    )
     assert (t2.history_shared, t2.start_version) == (True, 3)
     assert cfg.bearer_token_hash == hash_token("token")
     assert (cfg.port, cfg.endpoint, cfg.pre_signed_url_timeout_seconds) == (8080, "/delta-sharing", 900)
@@ -56,34 +60,62 @@ def test_reference_template_loads_unchanged(tmp_path):
 
 def test_recipients_plain_and_hashed_tokens():
     digest = hashlib.sha256(b"secret-2").hexdigest()
-    cfg = parse_config({"version": 1, "shares": [{"name": "sales", "schemas": []}, {"name": "marketing"}],
-                        "recipients": [{"name": "alice", "tokens": ["secret-1", f"sha256:{digest}"],
-                                        "shares": ["Sales", "marketing"], "expirationTime": "2027-01-01T00:00:00Z"}]})
+    cfg = parse_config(
+        {
+            "version": 1,
+            "shares": [{"name": "sales", "schemas": []}, {"name": "marketing"}],
+            "recipients": [
+                {
+                    "name": "alice",
+                    "tokens": ["secret-1", f"sha256:{digest}"],
+                    "shares": ["Sales", "marketing"],
+                    "expirationTime": "2027-01-01T00:00:00Z",
+                }
+            ],
+        }
+    )
     r = cfg.recipients[0]
     assert r.token_hashes == (hash_token("secret-1"), bytes.fromhex(digest))
     assert r.shares == ("sales", "marketing")
     assert r.expiration_ms == 1798761600000
 
 
-@pytest.mark.parametrize("data,needle", [
-    ({}, "'version' must be provided"),
-    ({"version": 0}, "must be greater than 0"),
-    ({"version": 2}, "too new"),
-    ({"version": 1, "shares": [{"schemas": []}]}, "'name' in a share must be provided"),
-    ({"version": 1, "shares": [{"name": "s", "schemas": [{"tables": []}]}]}, "'name' in a schema"),
-    ({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [{"name": "t"}]}]}]},
-     "'location' in table 't' must be provided"),
-    ({"version": 1, "authorization": {}}, "'bearerToken' in 'authorization' must be provided"),
-    ({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "a.b"}]}]}, "schema name 'a.b' is invalid"),
-    ({"version": 1, "shares": [{"name": "bad name"}]}, "share name 'bad name' is invalid"),
-    ({"version": 1, "recipients": [{"name": "x", "tokens": ["t"], "shares": ["nope"]}]}, "unknown share"),
-    ({"version": 1, "recipients": [{"name": "x", "tokens": []}]}, "'tokens' of recipient 'x'"),
-    ({"version": 1, "recipients": [{"name": "x", "tokens": ["sha256:zz"]}]}, "64 hex digits"),
-    ({"version": 1, "port": "eighty"}, "'port' must be a whole number"),
-    ({"version": 1, "ssl": {"selfSigned": False}}, "'certificateFile' and 'certificateKeyFile'"),
-    ({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [
-        {"name": "t", "location": "/x"}, {"name": "T", "location": "/y"}]}]}]}, "defines a table name twice"),
-])
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        ({}, "'version' must be provided"),
+        ({"version": 0}, "must be greater than 0"),
+        ({"version": 2}, "too new"),
+        ({"version": 1, "shares": [{"schemas": []}]}, "'name' in a share must be provided"),
+        ({"version": 1, "shares": [{"name": "s", "schemas": [{"tables": []}]}]}, "'name' in a schema"),
+        (
+            {"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [{"name": "t"}]}]}]},
+            "'location' in table 't' must be provided",
+        ),
+        ({"version": 1, "authorization": {}}, "'bearerToken' in 'authorization' must be provided"),
+        ({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "a.b"}]}]}, "schema name 'a.b' is invalid"),
+        ({"version": 1, "shares": [{"name": "bad name"}]}, "share name 'bad name' is invalid"),
+        ({"version": 1, "recipients": [{"name": "x", "tokens": ["t"], "shares": ["nope"]}]}, "unknown share"),
+        ({"version": 1, "recipients": [{"name": "x", "tokens": []}]}, "'tokens' of recipient 'x'"),
+        ({"version": 1, "recipients": [{"name": "x", "tokens": ["sha256:zz"]}]}, "64 hex digits"),
+        ({"version": 1, "port": "eighty"}, "'port' must be a whole number"),
+        ({"version": 1, "ssl": {"selfSigned": False}}, "'certificateFile' and 'certificateKeyFile'"),
+        (
+            {
+                "version": 1,
+                "shares": [
+                    {
+                        "name": "s",
+                        "schemas": [
+                            {"name": "d", "tables": [{"name": "t", "location": "/x"}, {"name": "T", "location": "/y"}]}
+                        ],
+                    }
+                ],
+            },
+            "defines a table name twice",
+        ),
+    ],
+)
 def test_bad_configs_name_the_problem(data, needle):
     with pytest.raises(ConfigError, match=needle):
         parse_config(data)
@@ -103,22 +135,42 @@ def test_config_file_name_and_yaml_errors(tmp_path):
 _TABLE = {"name": "t", "location": "/tmp/t"}
 
 
-@pytest.mark.parametrize("data, needle", [
-    ({"version": 1, "preSignedUrlTimeoutSecond": 60}, "unknown key 'preSignedUrlTimeoutSecond' in the server "
-                                                      "config: did you mean 'preSignedUrlTimeoutSeconds'?"),
-    ({"version": 1, "Port": 8080}, "unknown key 'Port' in the server config: did you mean 'port'?"),
-    ({"version": 1, "shares": [{"name": "s", "schema": []}]}, "unknown key 'schema' in a share: did you mean 'schemas'?"),
-    ({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "table": []}]}]},
-     "unknown key 'table' in a schema in share 's': did you mean 'tables'?"),
-    ({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [{**_TABLE, "historyshared": True}]}]}]},
-     "unknown key 'historyshared' in a table in schema 's.d': did you mean 'historyShared'?"),
-    ({"version": 1, "recipients": [{"name": "r", "tokens": ["x"], "share": ["s"]}]},
-     "unknown key 'share' in a recipient: did you mean 'shares'?"),
-    ({"version": 1, "authorization": {"bearer_token": "x"}}, "unknown key 'bearer_token' in 'authorization': did you mean 'bearerToken'?"),
-    ({"version": 1, "ssl": {"selfSigned": True, "certFile": "x"}}, "unknown key 'certFile' in 'ssl'"),
-    ({"version": 1, "zzz": 1}, "unknown key 'zzz' in the server config: known keys: version, shares"),
-    ({"version": 1, "shares": ["s"]}, "a share must be a mapping of keys to values, not 's'"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        (
+            {"version": 1, "preSignedUrlTimeoutSecond": 60},
+            "unknown key 'preSignedUrlTimeoutSecond' in the server config: did you mean 'preSignedUrlTimeoutSeconds'?",
+        ),
+        ({"version": 1, "Port": 8080}, "unknown key 'Port' in the server config: did you mean 'port'?"),
+        (
+            {"version": 1, "shares": [{"name": "s", "schema": []}]},
+            "unknown key 'schema' in a share: did you mean 'schemas'?",
+        ),
+        (
+            {"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "table": []}]}]},
+            "unknown key 'table' in a schema in share 's': did you mean 'tables'?",
+        ),
+        (
+            {
+                "version": 1,
+                "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [{**_TABLE, "historyshared": True}]}]}],
+            },
+            "unknown key 'historyshared' in a table in schema 's.d': did you mean 'historyShared'?",
+        ),
+        (
+            {"version": 1, "recipients": [{"name": "r", "tokens": ["x"], "share": ["s"]}]},
+            "unknown key 'share' in a recipient: did you mean 'shares'?",
+        ),
+        (
+            {"version": 1, "authorization": {"bearer_token": "x"}},
+            "unknown key 'bearer_token' in 'authorization': did you mean 'bearerToken'?",
+        ),
+        ({"version": 1, "ssl": {"selfSigned": True, "certFile": "x"}}, "unknown key 'certFile' in 'ssl'"),
+        ({"version": 1, "zzz": 1}, "unknown key 'zzz' in the server config: known keys: version, shares"),
+        ({"version": 1, "shares": ["s"]}, "a share must be a mapping of keys to values, not 's'"),
+    ],
+)
 def test_unknown_keys_are_refused_with_the_nearest_valid_one(data, needle):
     with pytest.raises(ConfigError) as err:
         parse_config(data)

@@ -36,15 +36,20 @@ def test_a_missing_tls_file_is_a_one_line_error_naming_key_and_path(pair, tmp_pa
     with pytest.raises(ConfigError) as err:
         parse_config(_ssl(**ssl))
     msg = err.value.message
-    assert msg == (f"'{key_name}' in 'ssl' names {missing}, which cannot be read (No such file or directory): "
-                   "fix the path or the file's permissions")
+    assert msg == (
+        f"'{key_name}' in 'ssl' names {missing}, which cannot be read (No such file or directory): "
+        "fix the path or the file's permissions"
+    )
     assert "\n" not in msg
 
 
 def test_a_directory_or_an_unreadable_file_is_refused(pair, tmp_path):
     cert, key = pair
-    with pytest.raises(ConfigError, match=rf"'certificateKeyFile' in 'ssl' names {tmp_path}, which cannot be read "
-                                          r"\(Is a directory\)"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"'certificateKeyFile' in 'ssl' names {tmp_path}, which cannot be read "
+        r"\(Is a directory\)",
+    ):
         parse_config(_ssl(certificateFile=str(cert), certificateKeyFile=str(tmp_path)))
     if os.geteuid() == 0:
         return  # root reads any file: permissions cannot be tested here
@@ -76,13 +81,19 @@ def test_an_encrypted_key_needs_its_password_file(pair, tmp_path):
     cert, key = pair
     private = serialization.load_pem_private_key(key.read_bytes(), password=None)
     encrypted = tmp_path / "encrypted.key"
-    encrypted.write_bytes(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                serialization.BestAvailableEncryption(b"s3cret")))
+    encrypted.write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"s3cret"),
+        )
+    )
     good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
     good.write_text("s3cret\n")
     bad.write_text("wrong\n")
-    ok = parse_config(_ssl(certificateFile=str(cert), certificateKeyFile=str(encrypted),
-                           certificatePasswordFile=str(good)))
+    ok = parse_config(
+        _ssl(certificateFile=str(cert), certificateKeyFile=str(encrypted), certificatePasswordFile=str(good))
+    )
     assert ok.ssl.certificate_password_file == str(good)
     for extra in ({"certificatePasswordFile": str(bad)}, {}):  # no password file: refused, never a prompt
         with pytest.raises(ConfigError, match="'certificatePasswordFile' for an encrypted key"):
@@ -110,8 +121,11 @@ def test_load_config_checks_the_files_too(tmp_path):
 
 
 def _v2_warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.levelno == logging.WARNING and "evaluateJsonPredicateHintsV2" in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "evaluateJsonPredicateHintsV2" in r.getMessage()
+    ]
 
 
 @pytest.mark.parametrize("value", [True, False, "false"])
@@ -121,7 +135,8 @@ def test_v2_hints_key_is_accepted_with_a_warning_that_it_has_no_effect(caplog, v
     assert _v2_warnings(caplog) == [
         "'evaluateJsonPredicateHintsV2' has no effect and is accepted only for compatibility: JSON predicate "
         "hints are always evaluated against partition values and file statistics; set "
-        "'evaluateJsonPredicateHints: false' to turn them off"]
+        "'evaluateJsonPredicateHints: false' to turn them off"
+    ]
     assert not hasattr(cfg, "evaluate_json_predicate_hints_v2")  # nothing in the server could read it
     assert cfg.evaluate_json_predicate_hints is True
 

@@ -7,7 +7,6 @@ import time
 
 import httpx
 import pytest
-
 from conftest import TOKEN, corpus_config
 from servers import RunningServer
 
@@ -26,8 +25,9 @@ def test_a_slow_listing_of_a_warm_table_does_not_stall_the_server(call):
         with httpx.Client(base_url=server.url, timeout=30) as http:
             assert http.get(f"{T}/metadata", headers=ALICE).status_code == 200  # the snapshot is cached now
             service = app.state.service
-            table = service.registry.table(service.principal(ALICE["Authorization"]), "corpus", "default",
-                                           "partitioned").delta(service.cache)
+            table = service.registry.table(
+                service.principal(ALICE["Authorization"]), "corpus", "default", "partitioned"
+            ).delta(service.cache)
             listed = table.store.list_dir
 
             def slow_list(*args, **kwargs):  # a log that gained commits on a slow store

@@ -8,7 +8,6 @@ import logging
 
 import httpx
 import pytest
-
 from conftest import TABLES
 from servers import MotoServer, RunningServer
 
@@ -31,11 +30,32 @@ def _upload(moto: MotoServer) -> str:
 
 def test_storage_down_is_503_other_tables_serve_and_it_recovers(moto, caplog):
     uri = _upload(moto)
-    options = {**moto.storage_options(), "connect_timeout": "1s", "timeout": "2s",
-               "retry_config": {"max_retries": 1, "retry_timeout": dt.timedelta(seconds=2)}}
-    config = parse_config({"version": 1, "storageOptions": options, "shares": [{"name": "s", "schemas": [
-        {"name": "d", "tables": [{"name": "remote", "location": uri},
-                                 {"name": "local", "location": str(TABLES / SOURCE)}]}]}]})
+    options = {
+        **moto.storage_options(),
+        "connect_timeout": "1s",
+        "timeout": "2s",
+        "retry_config": {"max_retries": 1, "retry_timeout": dt.timedelta(seconds=2)},
+    }
+    config = parse_config(
+        {
+            "version": 1,
+            "storageOptions": options,
+            "shares": [
+                {
+                    "name": "s",
+                    "schemas": [
+                        {
+                            "name": "d",
+                            "tables": [
+                                {"name": "remote", "location": uri},
+                                {"name": "local", "location": str(TABLES / SOURCE)},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+    )
     server = RunningServer(create_app(config))
     try:
         with httpx.Client(base_url=server.url, timeout=60) as http:
@@ -65,8 +85,13 @@ def test_storage_down_is_503_other_tables_serve_and_it_recovers(moto, caplog):
 def test_missing_object_is_not_transient(moto):
     uri = _upload(moto)
     moto.client().delete_object(Bucket="flaky", Key=f"{SOURCE}/_delta_log/{0:020d}.json")
-    config = parse_config({"version": 1, "storageOptions": moto.storage_options(), "shares": [
-        {"name": "s", "schemas": [{"name": "d", "tables": [{"name": "remote", "location": uri}]}]}]})
+    config = parse_config(
+        {
+            "version": 1,
+            "storageOptions": moto.storage_options(),
+            "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [{"name": "remote", "location": uri}]}]}],
+        }
+    )
     server = RunningServer(create_app(config))
     try:
         r = httpx.post(f"{server.url}{T}/remote/query", json={}, timeout=60)

@@ -10,7 +10,6 @@ import time
 
 import pyarrow as pa
 import pytest
-
 from conftest import TABLES
 
 from deltaport.delta import DeltaTable, SnapshotCache
@@ -41,14 +40,16 @@ def pool():
 
 
 def _row_lines(snap, id_hash="parquet", now=NOW) -> bytes:
-    maker = FileLineMaker(table_uri=snap.table_uri, signer=SIGNER, expires_in=900, fmt="parquet", id_hash=id_hash,
-                          now=now)
+    maker = FileLineMaker(
+        table_uri=snap.table_uri, signer=SIGNER, expires_in=900, fmt="parquet", id_hash=id_hash, now=now
+    )
     return b"".join(maker.snapshot_lines(snap, pa.array(range(snap.num_files), pa.int64())))
 
 
 def _lines(columnar: ColumnarLines, snap, id_hash="parquet", now=NOW, chunk=2) -> bytes:
-    chunks, _ = columnar.lines(snap, pa.array(range(snap.num_files), pa.int64()), SIGNER, expires_in=900, now=now,
-                               id_hash=id_hash, chunk=chunk)
+    chunks, _ = columnar.lines(
+        snap, pa.array(range(snap.num_files), pa.int64()), SIGNER, expires_in=900, now=now, id_hash=id_hash, chunk=chunk
+    )
     return b"".join(chunks)
 
 
@@ -128,7 +129,7 @@ def test_key_files_gives_log_path_digests_and_sigv4_signatures():
     assert md5.uris == [b"part%3D1/a.parquet", b"b%20c/d.parquet"]
     for plain, i in (("part=1/a.parquet", 0), ("b c/d.parquet", 1)):
         url = SIGNER.sign(plain, expires_in=900, now=NOW).url
-        assert url.endswith("?" + query + "&X-Amz-Signature=" + md5.signatures[64 * i:64 * (i + 1)])
+        assert url.endswith("?" + query + "&X-Amz-Signature=" + md5.signatures[64 * i : 64 * (i + 1)])
     sha = key_files(paths, id_hash="delta", uri_mode=ORDINARY, batch=None)
     assert sha.ids == "".join(hashlib.sha256(p).hexdigest() for p in paths)
     assert sha.signatures is None and sha.uris is None

@@ -6,7 +6,6 @@ import shutil
 
 import httpx
 import orjson
-
 from conftest import TABLES
 from servers import RunningServer
 
@@ -21,12 +20,20 @@ def test_symlink_out_of_the_table_is_refused(tmp_path):
     victim = next(table.glob("letter=a/*.parquet"))
     victim.unlink()
     victim.symlink_to(secret)
-    cfg = parse_config({"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [
-        {"name": "t", "location": str(table)}]}]}]})
+    cfg = parse_config(
+        {
+            "version": 1,
+            "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}]}]}],
+        }
+    )
     server = RunningServer(create_app(cfg))
     try:
-        out = [orjson.loads(x) for x in httpx.post(server.url + "/delta-sharing/shares/s/schemas/d/tables/t/query",
-                                                   json={}).content.splitlines()]
+        out = [
+            orjson.loads(x)
+            for x in httpx.post(
+                server.url + "/delta-sharing/shares/s/schemas/d/tables/t/query", json={}
+            ).content.splitlines()
+        ]
         urls = {x["file"]["url"].split("?")[0].rsplit("/", 1)[1]: x["file"]["url"] for x in out[2:]}
         link = urls[victim.name]
         r = httpx.get(link)

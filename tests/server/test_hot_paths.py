@@ -7,7 +7,6 @@ import logging
 
 import httpx
 import pytest
-
 from conftest import OTHER_TOKEN, TOKEN, corpus_config
 from servers import RunningServer
 
@@ -69,7 +68,7 @@ def clients():
             s.stop()
 
 
-@pytest.mark.parametrize("method, url, headers", CASES, ids=[f"{m} {u[len(T):] or u}" for m, u, _ in CASES])
+@pytest.mark.parametrize("method, url, headers", CASES, ids=[f"{m} {u[len(T) :] or u}" for m, u, _ in CASES])
 def test_hot_answers_are_the_routes_answers(clients, method, url, headers):
     hot, routed = clients
     for _ in range(2):  # cold, then with the snapshot cached
@@ -92,11 +91,22 @@ def _taken(method: str, path: str, query: bytes = b"", headers=()) -> bool:
 
         return Response(b"")
 
-    app = HotTableCalls(inner, prefix="/p", calls={
-        "version": (handler, ("startingTimestamp",), ("authorization",)),
-        "metadata": (handler, ("version", "timestamp"), ("authorization", "delta-sharing-capabilities"))})
-    scope = {"type": "http", "method": method, "path": path, "query_string": query, "headers": list(headers),
-             "root_path": ""}
+    app = HotTableCalls(
+        inner,
+        prefix="/p",
+        calls={
+            "version": (handler, ("startingTimestamp",), ("authorization",)),
+            "metadata": (handler, ("version", "timestamp"), ("authorization", "delta-sharing-capabilities")),
+        },
+    )
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "query_string": query,
+        "headers": list(headers),
+        "root_path": "",
+    }
 
     async def send(message):
         pass
@@ -127,7 +137,8 @@ def test_the_middleware_reads_what_the_routes_declare():
     calls = hot.kwargs["calls"]
     assert {name: call[1:] for name, call in calls.items()} == {
         "version": (("startingTimestamp",), ("authorization",)),
-        "metadata": (("version", "timestamp"), ("authorization", "delta-sharing-capabilities"))}
+        "metadata": (("version", "timestamp"), ("authorization", "delta-sharing-capabilities")),
+    }
 
 
 def test_hot_answers_are_in_the_access_log(clients, caplog):

@@ -6,11 +6,8 @@ import datetime as dt
 import json
 import math
 
+import delta_sharing
 import pytest
-
-delta_sharing = pytest.importorskip("delta_sharing")
-polars = pytest.importorskip("polars")
-
 from conftest import CORPUS, TABLES  # noqa: E402
 
 from deltaport.delta import DeltaTable, SnapshotCache  # noqa: E402
@@ -33,8 +30,7 @@ def _norm(value):
 
 
 def _rows(df, columns) -> list[tuple]:
-    return sorted((tuple(_norm(v) for v in row) for row in df[columns].itertuples(index=False, name=None)),
-                  key=repr)
+    return sorted((tuple(_norm(v) for v in row) for row in df[columns].itertuples(index=False, name=None)), key=repr)
 
 
 def _expected(name: str, version: int | None = None):
@@ -56,8 +52,9 @@ def test_list_all_tables_shows_only_granted_shares(profile):
     assert [s.name for s in client.list_shares()] == ["corpus"]
 
 
-@pytest.mark.parametrize("name", ["dv", "dv_cdf", "cdf", "cm_name", "cm_id", "ntz", "sidecars", "multipart",
-                                  "partitioned", "checkpointed"])
+@pytest.mark.parametrize(
+    "name", ["dv", "dv_cdf", "cdf", "cm_name", "cm_id", "ntz", "sidecars", "multipart", "partitioned", "checkpointed"]
+)
 def test_load_as_pandas_autoresolve_equals_table_rows(profile, name):
     df = delta_sharing.load_as_pandas(url(profile, name))
     expected = _expected(name)
@@ -74,7 +71,9 @@ def test_load_as_pandas_delta_format(profile, name):
     assert _rows(df, cols) == _rows(expected, cols)
 
 
-@pytest.mark.parametrize("name", ["partitioned", "cdf", "checkpointed", "sidecars"])  # the client cannot parse timestamp_ntz in parquet format
+@pytest.mark.parametrize(
+    "name", ["partitioned", "cdf", "checkpointed", "sidecars"]
+)  # the client cannot parse timestamp_ntz in parquet format
 def test_load_as_pandas_parquet_format(profile, name):
     df = delta_sharing.load_as_pandas(url(profile, name), use_delta_format=False)
     expected = _expected(name)
@@ -113,8 +112,15 @@ def test_time_travel_without_history_sharing_is_refused(profile):
 
 
 def test_json_predicate_hints_prune_but_never_lose_rows(profile):
-    hint = json.dumps({"op": "equal", "children": [{"op": "column", "name": "letter", "valueType": "string"},
-                                                    {"op": "literal", "value": "a", "valueType": "string"}]})
+    hint = json.dumps(
+        {
+            "op": "equal",
+            "children": [
+                {"op": "column", "name": "letter", "valueType": "string"},
+                {"op": "literal", "value": "a", "valueType": "string"},
+            ],
+        }
+    )
     df = delta_sharing.load_as_pandas(url(profile, "partitioned"), jsonPredicateHints=hint)
     assert set(df["letter"]) == {"a"}
     expected = _expected("partitioned")
@@ -124,17 +130,28 @@ def test_json_predicate_hints_prune_but_never_lose_rows(profile):
 @pytest.mark.parametrize("use_delta_format", [False, True])
 def test_table_changes(profile, use_delta_format):
     table = DeltaTable(str(TABLES / CORPUS["cdf"]), cache=SnapshotCache())
-    df = delta_sharing.load_table_changes_as_pandas(url(profile, "cdf"), starting_version=0, ending_version=3,
-                                                    use_delta_format=use_delta_format)
+    df = delta_sharing.load_table_changes_as_pandas(
+        url(profile, "cdf"), starting_version=0, ending_version=3, use_delta_format=use_delta_format
+    )
     assert {"_change_type", "_commit_version", "_commit_timestamp"} <= set(df.columns)
     import deltalake
     import pyarrow as pa
 
     reader = deltalake.DeltaTable(str(TABLES / CORPUS["cdf"])).load_cdf(starting_version=0, ending_version=3)
     oracle = pa.table(reader)
-    oracle = oracle.cast(pa.schema([pa.field(f.name, pa.large_string() if "string" in str(f.type) else
-                                             (pa.int64() if str(f.type).startswith("uint") else f.type))
-                                    for f in oracle.schema]))
+    oracle = oracle.cast(
+        pa.schema(
+            [
+                pa.field(
+                    f.name,
+                    pa.large_string()
+                    if "string" in str(f.type)
+                    else (pa.int64() if str(f.type).startswith("uint") else f.type),
+                )
+                for f in oracle.schema
+            ]
+        )
+    )
     expected = oracle.to_pandas()
     cols = [c for c in expected.columns if c != "_commit_timestamp"]
     assert _rows(df, cols) == _rows(expected, cols)

@@ -8,7 +8,6 @@ import shutil
 import httpx
 import orjson
 import pytest
-
 from builders import writable_copy
 from conftest import TABLES
 from servers import RunningServer
@@ -55,12 +54,23 @@ def test_refresh_works_on_a_table_without_history_sharing(http):
 
 
 def test_a_refresh_token_is_bound_to_the_query_parameters(http):
-    hint = orjson.dumps({"op": "equal", "children": [{"op": "column", "name": "letter", "valueType": "string"},
-                                                     {"op": "literal", "value": "a", "valueType": "string"}]}).decode()
+    hint = orjson.dumps(
+        {
+            "op": "equal",
+            "children": [
+                {"op": "column", "name": "letter", "valueType": "string"},
+                {"op": "literal", "value": "a", "valueType": "string"},
+            ],
+        }
+    ).decode()
     first = _lines(http.post(T + "/partitioned/query", json={"includeRefreshToken": True, "jsonPredicateHints": hint}))
     refresh = _end(first)["refreshToken"]
-    same = _lines(http.post(T + "/partitioned/query", json={"includeRefreshToken": True, "refreshToken": refresh,
-                                                           "jsonPredicateHints": hint}))
+    same = _lines(
+        http.post(
+            T + "/partitioned/query",
+            json={"includeRefreshToken": True, "refreshToken": refresh, "jsonPredicateHints": hint},
+        )
+    )
     assert sorted(_files(same)) == sorted(_files(first))
     r = http.post(T + "/partitioned/query", json={"includeRefreshToken": True, "refreshToken": refresh})
     assert r.status_code == 400
@@ -82,8 +92,12 @@ def test_changes_accept_and_echo_fileidhash(http):
     assert r.headers["fileidhash"] == "delta"
     ids = [x[k]["id"] for x in _lines(r) for k in ("add", "cdf", "remove", "file") if k in x]
     assert ids and all(len(i) == 64 for i in ids)
-    plain = [x[k]["id"] for x in _lines(http.get(T + "/cdf/changes", params=params))
-             for k in ("add", "cdf", "remove", "file") if k in x]
+    plain = [
+        x[k]["id"]
+        for x in _lines(http.get(T + "/cdf/changes", params=params))
+        for k in ("add", "cdf", "remove", "file")
+        if k in x
+    ]
     assert all(len(i) == 32 for i in plain) and set(plain).isdisjoint(ids)
     r = http.get(T + "/cdf/changes", params=params, headers={"fileidhash": "sha512"})
     assert r.status_code == 400 and "fileidhash" in r.json()["message"]
@@ -96,8 +110,15 @@ def _append_commit(table, version: int) -> None:
     dst = src.with_name("appended-" + src.name)
     shutil.copy(src, dst)
     rel = dst.relative_to(table).as_posix()
-    add = {"add": {"path": rel, "partitionValues": {}, "size": dst.stat().st_size, "modificationTime": 1,
-                   "dataChange": True}}
+    add = {
+        "add": {
+            "path": rel,
+            "partitionValues": {},
+            "size": dst.stat().st_size,
+            "modificationTime": 1,
+            "dataChange": True,
+        }
+    }
     info = {"commitInfo": {"timestamp": 4_102_444_800_000, "operation": "WRITE"}}
     (table / "_delta_log" / f"{version:020d}.json").write_bytes(orjson.dumps(info) + b"\n" + orjson.dumps(add) + b"\n")
 
@@ -107,16 +128,26 @@ def test_change_pages_pin_the_version_range_they_started_on(tmp_path, how):
     table = tmp_path / "t"
     writable_copy(TABLES / "cdf-table", table)
     latest = max(int(p.name[:20]) for p in (table / "_delta_log").glob("*.json"))
-    cfg = {"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [
-        {"name": "t", "location": str(table), "historyShared": True}]}]}]}
+    cfg = {
+        "version": 1,
+        "shares": [
+            {
+                "name": "s",
+                "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table), "historyShared": True}]}],
+            }
+        ],
+    }
     server = RunningServer(create_app(parse_config(cfg)))
 
     def page(c, token=None):
         if how == "changes":
             params = {"startingVersion": 0, "maxFiles": 2, **({"pageToken": token} if token else {})}
             return _lines(c.get(S + "/t/changes", params=params))
-        return _lines(c.post(S + "/t/query", json={"startingVersion": 0, "maxFiles": 2,
-                                                   **({"pageToken": token} if token else {})}))
+        return _lines(
+            c.post(
+                S + "/t/query", json={"startingVersion": 0, "maxFiles": 2, **({"pageToken": token} if token else {})}
+            )
+        )
 
     def versions(out):
         return [x[k]["version"] for x in out for k in ("add", "cdf", "remove", "file") if k in x]

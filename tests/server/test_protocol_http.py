@@ -5,7 +5,6 @@ from __future__ import annotations
 import httpx
 import orjson
 import pytest
-
 from conftest import OTHER_TOKEN
 
 from deltaport.server.tokens import LIST_TOKEN_ERROR
@@ -73,12 +72,16 @@ def test_list_pagination_walks_everything(http):
 
 
 def test_list_errors(http):
-    assert "0 to 500" in error(http.get("/delta-sharing/shares", params={"maxResults": 501}), 400,
-                               "INVALID_PARAMETER_VALUE")
-    assert "expected a number" in error(http.get("/delta-sharing/shares", params={"maxResults": "x"}), 400,
-                                        "INVALID_PARAMETER_VALUE")
-    assert error(http.get("/delta-sharing/shares", params={"pageToken": "forged"}), 400,
-                 "INVALID_PARAMETER_VALUE") == LIST_TOKEN_ERROR
+    assert "0 to 500" in error(
+        http.get("/delta-sharing/shares", params={"maxResults": 501}), 400, "INVALID_PARAMETER_VALUE"
+    )
+    assert "expected a number" in error(
+        http.get("/delta-sharing/shares", params={"maxResults": "x"}), 400, "INVALID_PARAMETER_VALUE"
+    )
+    assert (
+        error(http.get("/delta-sharing/shares", params={"pageToken": "forged"}), 400, "INVALID_PARAMETER_VALUE")
+        == LIST_TOKEN_ERROR
+    )
     token = http.get("/delta-sharing/shares/corpus/all-tables", params={"maxResults": 1}).json()["nextPageToken"]
     # a token of one listing is refused by another, with the same text as a forged one
     r = http.get("/delta-sharing/shares/corpus/schemas", params={"pageToken": token})
@@ -96,17 +99,24 @@ def test_version_get_and_head(http):
     r = http.get(T + "/partitioned/version", params={"startingTimestamp": "2000-01-01T00:00:00Z"})
     assert r.headers["delta-table-version"] == "0"
     assert "Invalid startingTimestamp" in error(
-        http.get(T + "/partitioned/version", params={"startingTimestamp": "yesterday"}), 400,
-        "INVALID_PARAMETER_VALUE")
+        http.get(T + "/partitioned/version", params={"startingTimestamp": "yesterday"}), 400, "INVALID_PARAMETER_VALUE"
+    )
     assert "history sharing is not enabled" in error(
-        http.get(T + "/nohistory/version", params={"startingTimestamp": "2000-01-01T00:00:00Z"}), 400,
-        "INVALID_PARAMETER_VALUE")
+        http.get(T + "/nohistory/version", params={"startingTimestamp": "2000-01-01T00:00:00Z"}),
+        400,
+        "INVALID_PARAMETER_VALUE",
+    )
     assert http.head(T + "/nosuch").status_code == 404
 
 
 def test_metadata_formats(http):
-    for caps, fmt in [(None, "parquet"), ("responseformat=parquet", "parquet"), ("responseformat=delta", "delta"),
-                      ("responseformat=delta,parquet", "parquet"), ("responseformat=parquet,delta", "parquet")]:
+    for caps, fmt in [
+        (None, "parquet"),
+        ("responseformat=parquet", "parquet"),
+        ("responseformat=delta", "delta"),
+        ("responseformat=delta,parquet", "parquet"),
+        ("responseformat=parquet,delta", "parquet"),
+    ]:
         r = http.get(T + "/partitioned/metadata", headers={"delta-sharing-capabilities": caps} if caps else {})
         assert r.status_code == 200, r.text
         assert r.headers["delta-sharing-capabilities"] == f"responseformat={fmt}"
@@ -119,13 +129,19 @@ def test_metadata_formats(http):
             assert metadata["metaData"]["numFiles"] == 6 and metadata["metaData"]["size"] > 0
     r = http.get(T + "/dv/metadata", headers={"delta-sharing-capabilities": "responseformat=delta,parquet"})
     assert "deletionvectors" in error(r, 400, "UNSUPPORTED_OPERATION")
-    assert error(http.get(T + "/partitioned/metadata", params={"version": 9}), 400, "MALFORMED_REQUEST") == \
-        "Cannot load table version 9 as it does not exist. The latest available version is 1."
-    assert error(http.get(T + "/partitioned/metadata", params={"version": -1}), 400,
-                 "INVALID_PARAMETER_VALUE") == "version cannot be negative"
+    assert (
+        error(http.get(T + "/partitioned/metadata", params={"version": 9}), 400, "MALFORMED_REQUEST")
+        == "Cannot load table version 9 as it does not exist. The latest available version is 1."
+    )
+    assert (
+        error(http.get(T + "/partitioned/metadata", params={"version": -1}), 400, "INVALID_PARAMETER_VALUE")
+        == "version cannot be negative"
+    )
     assert "only provide one of" in error(
-        http.get(T + "/partitioned/metadata", params={"version": 0, "timestamp": "2020-01-01T00:00:00Z"}), 400,
-        "INVALID_PARAMETER_VALUE")
+        http.get(T + "/partitioned/metadata", params={"version": 0, "timestamp": "2020-01-01T00:00:00Z"}),
+        400,
+        "INVALID_PARAMETER_VALUE",
+    )
 
 
 # --- query --------------------------------------------------------------------------------
@@ -169,8 +185,9 @@ def test_query_delta_format_with_dv(http):
 
 
 def test_end_stream_action_and_min_expiration(http):
-    r = http.post(T + "/dv/query", json={}, headers={"delta-sharing-capabilities": DELTA_CAPS +
-                                                     ";includeendstreamaction=true"})
+    r = http.post(
+        T + "/dv/query", json={}, headers={"delta-sharing-capabilities": DELTA_CAPS + ";includeendstreamaction=true"}
+    )
     out = lines(r)
     assert r.headers["delta-sharing-capabilities"] == "responseformat=delta;includeendstreamaction=true"
     end = out[-1]["endStreamAction"]
@@ -196,10 +213,13 @@ def test_pagination_max_files(http):
     r = http.post(T + "/partitioned/query", json={"maxFiles": 2, "pageToken": token, "limitHint": 1})
     assert error(r, 400, "INVALID_PARAMETER_VALUE") == (
         "Query parameter mismatch detected for the next page query. The query parameter cannot change when "
-        "querying the next page results.")
+        "querying the next page results."
+    )
     r = http.post(T + "/cdf/query", json={"maxFiles": 2, "pageToken": token})
-    assert error(r, 400, "INVALID_PARAMETER_VALUE") == \
-        "The table specified in the page token does not match the table being queried."
+    assert (
+        error(r, 400, "INVALID_PARAMETER_VALUE")
+        == "The table specified in the page token does not match the table being queried."
+    )
     forged = token[:-3] + "abc"
     r = http.post(T + "/partitioned/query", json={"maxFiles": 2, "pageToken": forged})
     assert error(r, 400, "INVALID_PARAMETER_VALUE") == f"Error decoding the page token: {forged}."
@@ -214,8 +234,10 @@ def test_refresh_token_keeps_its_version(http):
     again = lines(http.post(T + "/partitioned/query", json={"includeRefreshToken": True, "refreshToken": refresh}))
     assert sorted(x["file"]["id"] for x in again[2:-1]) == ids
     r = http.post(T + "/cdf/query", json={"includeRefreshToken": True, "refreshToken": refresh})
-    assert error(r, 400, "INVALID_PARAMETER_VALUE") == \
-        "The table specified in the refresh token does not match the table being queried."
+    assert (
+        error(r, 400, "INVALID_PARAMETER_VALUE")
+        == "The table specified in the refresh token does not match the table being queried."
+    )
     r = http.post(T + "/partitioned/query", json={"includeRefreshToken": True, "refreshToken": "nope"})
     assert error(r, 400, "INVALID_PARAMETER_VALUE") == "Error decoding refresh token: nope."
 
@@ -232,8 +254,15 @@ def test_fileidhash(http):
 def test_limit_hint_with_predicates(http):
     out = lines(http.post(T + "/partitioned/query", json={"limitHint": 1}))
     assert len(out) == 3
-    hint = orjson.dumps({"op": "equal", "children": [{"op": "column", "name": "letter", "valueType": "string"},
-                                                      {"op": "literal", "value": "a", "valueType": "string"}]}).decode()
+    hint = orjson.dumps(
+        {
+            "op": "equal",
+            "children": [
+                {"op": "column", "name": "letter", "valueType": "string"},
+                {"op": "literal", "value": "a", "valueType": "string"},
+            ],
+        }
+    ).decode()
     out = lines(http.post(T + "/partitioned/query", json={"jsonPredicateHints": hint, "limitHint": 1}))
     assert [x["file"]["partitionValues"]["letter"] for x in out[2:]] == ["a"]
     out = lines(http.post(T + "/partitioned/query", json={"predicateHints": ["letter = 'a'"]}))
@@ -245,7 +274,8 @@ def test_time_travel_lines_carry_version(http):
     assert out[1]["metaData"]["version"] == 0
     assert all(x["file"]["version"] == 0 for x in out[2:]) and len(out) == 5
     assert "history sharing is not enabled on table: corpus.default.nohistory" in error(
-        http.post(T + "/nohistory/query", json={"version": 0}), 400, "INVALID_PARAMETER_VALUE")
+        http.post(T + "/nohistory/query", json={"version": 0}), 400, "INVALID_PARAMETER_VALUE"
+    )
 
 
 def test_streaming_query_from_starting_version(http):
@@ -260,16 +290,19 @@ def test_streaming_query_from_starting_version(http):
 def test_changes_errors(http):
     c = T + "/cdf/changes"
     assert "No startingVersion" in error(http.get(c), 400, "INVALID_PARAMETER_VALUE")
-    assert "Multiple starting" in error(http.get(c, params={"startingVersion": 0, "startingTimestamp": "x"}), 400,
-                                        "INVALID_PARAMETER_VALUE")
-    assert "not a valid number" in error(http.get(c, params={"startingVersion": "x"}), 400,
-                                         "INVALID_PARAMETER_VALUE")
-    assert "cannot be greater than the latest" in error(http.get(c, params={"startingVersion": 99}), 400,
-                                                        "INVALID_PARAMETER_VALUE")
-    assert "End cannot be before start" in error(http.get(c, params={"startingVersion": 2, "endingVersion": 1}),
-                                                 400, "INVALID_PARAMETER_VALUE")
-    assert "cdf is not enabled" in error(http.get(T + "/nohistory/changes", params={"startingVersion": 0}), 400,
-                                         "INVALID_PARAMETER_VALUE")
+    assert "Multiple starting" in error(
+        http.get(c, params={"startingVersion": 0, "startingTimestamp": "x"}), 400, "INVALID_PARAMETER_VALUE"
+    )
+    assert "not a valid number" in error(http.get(c, params={"startingVersion": "x"}), 400, "INVALID_PARAMETER_VALUE")
+    assert "cannot be greater than the latest" in error(
+        http.get(c, params={"startingVersion": 99}), 400, "INVALID_PARAMETER_VALUE"
+    )
+    assert "End cannot be before start" in error(
+        http.get(c, params={"startingVersion": 2, "endingVersion": 1}), 400, "INVALID_PARAMETER_VALUE"
+    )
+    assert "cdf is not enabled" in error(
+        http.get(T + "/nohistory/changes", params={"startingVersion": 0}), 400, "INVALID_PARAMETER_VALUE"
+    )
     r = http.get(T + "/partitioned/changes", params={"startingVersion": 0})
     assert "change data was not recorded" in error(r, 400, "INVALID_PARAMETER_VALUE")
 
@@ -286,15 +319,21 @@ def _history(name: str):
 
 def test_timestamp_errors_are_the_reference_texts(http):
     first, last = _history("partitioned")
-    before = ("The provided timestamp (2000-01-01 00:00:00.0) is before the earliest version available to this "
-              f"table ({first}). Please use a timestamp greater than or equal to {first}.")
-    after = ("The provided timestamp (2999-01-01 00:00:00.0) is after the latest version available to this "
-             f"table ({last}). Please use a timestamp less than or equal to {last}.")
+    before = (
+        "The provided timestamp (2000-01-01 00:00:00.0) is before the earliest version available to this "
+        f"table ({first}). Please use a timestamp greater than or equal to {first}."
+    )
+    after = (
+        "The provided timestamp (2999-01-01 00:00:00.0) is after the latest version available to this "
+        f"table ({last}). Please use a timestamp less than or equal to {last}."
+    )
     old, future = "2000-01-01T00:00:00Z", "2999-01-01T00:00:00Z"
     assert error(http.get(T + "/partitioned/metadata", params={"timestamp": old}), 400, "MALFORMED_REQUEST") == before
     assert error(http.post(T + "/partitioned/query", json={"timestamp": future}), 400, "MALFORMED_REQUEST") == after
-    assert error(http.get(T + "/partitioned/version", params={"startingTimestamp": future}), 400,
-                 "MALFORMED_REQUEST") == after
+    assert (
+        error(http.get(T + "/partitioned/version", params={"startingTimestamp": future}), 400, "MALFORMED_REQUEST")
+        == after
+    )
     # the timestamp the message suggests is accepted back
     r = http.get(T + "/partitioned/metadata", params={"timestamp": first})
     assert r.status_code == 200 and r.headers["delta-table-version"] == "0"
@@ -302,7 +341,8 @@ def test_timestamp_errors_are_the_reference_texts(http):
     r = http.get(T + "/cdf/changes", params={"startingTimestamp": future})
     assert error(r, 400, "INVALID_PARAMETER_VALUE") == (
         "The provided timestamp (2999-01-01 00:00:00.0) is after the latest version available to this "
-        f"table ({last}). Please use a timestamp less than or equal to {last}.")
+        f"table ({last}). Please use a timestamp less than or equal to {last}."
+    )
 
 
 def test_changes_pagination(http):
@@ -316,15 +356,32 @@ def test_changes_pagination(http):
         token = out[-1]["endStreamAction"].get("nextPageToken")
         if not token:
             break
-    strip = lambda xs: [{k: {f: v for f, v in x[k].items() if f not in ("url", "expirationTimestamp")}} for x in xs
-                        for k in x]
+
+    def strip(xs):
+        return [{k: {f: v for f, v in x[k].items() if f not in ("url", "expirationTimestamp")}} for x in xs for k in x]
+
     assert strip(got) == strip(files)
 
 
-@pytest.mark.parametrize("body", [b"", b"{", b"[1]", b'{"version":"x3"}', b'{"maxFiles":0}', b'{"maxFiles":3e9}',
-                                  b'{"version":-1}', b'{"nope":1}', b'{"predicateHints":1}',
-                                  b'{"jsonPredicateHints":{"op":"and"}}', b'{"timestamp":"tomorrow"}',
-                                  b'{"version":100}', b'{"limitHint":"x"}', b"\xff\xfe"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"{",
+        b"[1]",
+        b'{"version":"x3"}',
+        b'{"maxFiles":0}',
+        b'{"maxFiles":3e9}',
+        b'{"version":-1}',
+        b'{"nope":1}',
+        b'{"predicateHints":1}',
+        b'{"jsonPredicateHints":{"op":"and"}}',
+        b'{"timestamp":"tomorrow"}',
+        b'{"version":100}',
+        b'{"limitHint":"x"}',
+        b"\xff\xfe",
+    ],
+)
 def test_bad_bodies_are_4xx_json(http, body):
     r = http.post(T + "/partitioned/query", content=body, headers={"Content-Type": "application/json"})
     assert 400 <= r.status_code < 500, (body, r.status_code, r.text)

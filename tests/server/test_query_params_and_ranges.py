@@ -5,7 +5,6 @@ from __future__ import annotations
 import httpx
 import orjson
 import pytest
-
 from conftest import TABLES
 
 P = "/delta-sharing"
@@ -25,30 +24,44 @@ def error(resp, status: int, code: str) -> str:
 
 def test_misspelt_version_on_metadata_names_the_parameter_and_the_accepted_ones(http):
     msg = error(http.get(T + "/partitioned/metadata", params={"versoin": 0}), 400, "INVALID_PARAMETER_VALUE")
-    assert msg == ("Unknown query parameter 'versoin' for GET .../metadata; accepted: version, timestamp "
-                   "(did you mean 'version' for 'versoin'?)")
+    assert msg == (
+        "Unknown query parameter 'versoin' for GET .../metadata; accepted: version, timestamp "
+        "(did you mean 'version' for 'versoin'?)"
+    )
 
 
-@pytest.mark.parametrize("path,params,unknown,route,accepted", [
-    ("/shares", {"maxResult": 1}, "'maxResult'", "shares", "maxResults, pageToken"),
-    ("/shares/corpus", {"x": 1}, "'x'", "{share}", "none"),
-    ("/shares/corpus/schemas", {"pagetoken": "t"}, "'pagetoken'", "schemas", "maxResults, pageToken"),
-    ("/shares/corpus/schemas/default/tables", {"limit": 2}, "'limit'", "tables", "maxResults, pageToken"),
-    ("/shares/corpus/all-tables", {"maxresults": 2}, "'maxresults'", "all-tables", "maxResults, pageToken"),
-    ("/shares/corpus/schemas/default/tables/partitioned/version", {"timestamp": "2024-01-01T00:00:00Z"},
-     "'timestamp'", "version", "startingTimestamp"),
-    ("/shares/corpus/schemas/default/tables/cdf/changes", {"startingVersion": 0, "endingVersoin": 1},
-     "'endingVersoin'", "changes", "startingVersion, endingVersion, startingTimestamp, endingTimestamp, "
-                                   "includeHistoricalMetadata, includeHistoricalProtocol, maxFiles, pageToken"),
-])
+@pytest.mark.parametrize(
+    "path,params,unknown,route,accepted",
+    [
+        ("/shares", {"maxResult": 1}, "'maxResult'", "shares", "maxResults, pageToken"),
+        ("/shares/corpus", {"x": 1}, "'x'", "{share}", "none"),
+        ("/shares/corpus/schemas", {"pagetoken": "t"}, "'pagetoken'", "schemas", "maxResults, pageToken"),
+        ("/shares/corpus/schemas/default/tables", {"limit": 2}, "'limit'", "tables", "maxResults, pageToken"),
+        ("/shares/corpus/all-tables", {"maxresults": 2}, "'maxresults'", "all-tables", "maxResults, pageToken"),
+        (
+            "/shares/corpus/schemas/default/tables/partitioned/version",
+            {"timestamp": "2024-01-01T00:00:00Z"},
+            "'timestamp'",
+            "version",
+            "startingTimestamp",
+        ),
+        (
+            "/shares/corpus/schemas/default/tables/cdf/changes",
+            {"startingVersion": 0, "endingVersoin": 1},
+            "'endingVersoin'",
+            "changes",
+            "startingVersion, endingVersion, startingTimestamp, endingTimestamp, "
+            "includeHistoricalMetadata, includeHistoricalProtocol, maxFiles, pageToken",
+        ),
+    ],
+)
 def test_every_listing_and_table_get_refuses_unknown_parameters(http, path, params, unknown, route, accepted):
     msg = error(http.get(P + path, params=params), 400, "INVALID_PARAMETER_VALUE")
     assert msg.startswith(f"Unknown query parameter {unknown} for GET .../{route}; accepted: {accepted}"), msg
 
 
 def test_a_case_slip_is_pointed_at_and_several_unknowns_are_all_named(http):
-    msg = error(http.get(T + "/partitioned/metadata", params={"Version": 0, "foo": 1}), 400,
-                "INVALID_PARAMETER_VALUE")
+    msg = error(http.get(T + "/partitioned/metadata", params={"Version": 0, "foo": 1}), 400, "INVALID_PARAMETER_VALUE")
     assert msg.startswith("Unknown query parameters 'Version', 'foo' for GET .../metadata; accepted:")
     assert "(did you mean 'version' for 'Version'?)" in msg
 
@@ -63,8 +76,9 @@ def test_known_parameters_still_work(http):
     assert http.get(P + "/shares", params={"maxResults": 1}).json()["items"] == [{"name": "corpus"}]
     r = http.get(T + "/partitioned/metadata", params={"version": 0})
     assert r.status_code == 200 and r.headers["delta-table-version"] == "0"
-    r = http.get(T + "/cdf/changes", params={"startingVersion": 0, "endingVersion": 1,
-                                             "includeHistoricalMetadata": "true"})
+    r = http.get(
+        T + "/cdf/changes", params={"startingVersion": 0, "endingVersion": 1, "includeHistoricalMetadata": "true"}
+    )
     assert r.status_code == 200, r.text
     r = http.get(T + "/partitioned/version", params={"startingTimestamp": "2000-01-01T00:00:00Z"})
     assert r.status_code == 200, r.text

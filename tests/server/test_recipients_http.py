@@ -7,7 +7,6 @@ import hashlib
 
 import httpx
 import pytest
-
 from conftest import TABLES
 from servers import RunningServer
 
@@ -49,11 +48,20 @@ def _bearer(token: str) -> dict:
 def recipients_server():
     """Recipients with an expiry and with a sha256-hashed token; a clock the test moves."""
     now = [EXPIRY_S - 60]
-    cfg = parse_config({"version": 1, "shares": _shares(), "recipients": [
-        {"name": "temp", "tokens": ["temp-token"], "shares": ["sales"], "expirationTime": EXPIRY},
-        {"name": "hashed", "tokens": ["sha256:" + hashlib.sha256(b"hashed-secret").hexdigest()],
-         "shares": ["marketing"]},
-    ]})
+    cfg = parse_config(
+        {
+            "version": 1,
+            "shares": _shares(),
+            "recipients": [
+                {"name": "temp", "tokens": ["temp-token"], "shares": ["sales"], "expirationTime": EXPIRY},
+                {
+                    "name": "hashed",
+                    "tokens": ["sha256:" + hashlib.sha256(b"hashed-secret").hexdigest()],
+                    "shares": ["marketing"],
+                },
+            ],
+        }
+    )
     server = RunningServer(create_app(cfg, clock=lambda: now[0]))
     yield server, now
     server.stop()
@@ -83,8 +91,9 @@ def test_a_sha256_token_authenticates_with_the_plain_token(recipients_server):
     url = server.url + P + "/shares"
     r = httpx.get(url, headers=_bearer("hashed-secret"))
     assert r.status_code == 200 and [s["name"] for s in r.json()["items"]] == ["marketing"]
-    r = httpx.post(server.url + P + "/shares/marketing/schemas/s/tables/t1/query", json={},
-                   headers=_bearer("hashed-secret"))
+    r = httpx.post(
+        server.url + P + "/shares/marketing/schemas/s/tables/t1/query", json={}, headers=_bearer("hashed-secret")
+    )
     assert r.status_code == 200, r.text
     # the stored digest is not itself a token, and a wrong token is refused
     digest = hashlib.sha256(b"hashed-secret").hexdigest()
@@ -101,7 +110,8 @@ def test_the_single_bearer_token_reads_every_share():
             assert [s["name"] for s in c.get("/shares").json()["items"]] == ["sales", "marketing", "ops"]
             for i, share in enumerate(("sales", "marketing", "ops")):
                 assert c.get(f"/shares/{share}/all-tables").json()["items"] == [
-                    {"name": f"t{i}", "schema": "s", "share": share}]
+                    {"name": f"t{i}", "schema": "s", "share": share}
+                ]
                 r = c.post(f"/shares/{share}/schemas/s/tables/t{i}/query", json={})
                 assert r.status_code == 200 and len(r.content.splitlines()) > 2, r.text
         _error(httpx.get(server.url + P + "/shares", headers=_bearer("other")), 401, "UNAUTHENTICATED")
@@ -116,19 +126,24 @@ def test_share_and_table_ids_are_the_configured_ones():
     try:
         with httpx.Client(base_url=server.url + P, timeout=30) as c:
             assert c.get("/shares").json()["items"] == [
-                {"name": "sales", "id": "share-id-sales"}, {"name": "marketing", "id": "share-id-marketing"},
-                {"name": "ops"}]
+                {"name": "sales", "id": "share-id-sales"},
+                {"name": "marketing", "id": "share-id-marketing"},
+                {"name": "ops"},
+            ]
             assert c.get("/shares/SALES").json() == {"share": {"name": "sales", "id": "share-id-sales"}}
             assert c.get("/shares/ops").json() == {"share": {"name": "ops"}}
-            sales = [{"name": "t0", "schema": "s", "share": "sales", "id": "table-id-0", "shareId": "share-id-sales"},
-                     {"name": "noid", "schema": "s", "share": "sales", "shareId": "share-id-sales"}]
+            sales = [
+                {"name": "t0", "schema": "s", "share": "sales", "id": "table-id-0", "shareId": "share-id-sales"},
+                {"name": "noid", "schema": "s", "share": "sales", "shareId": "share-id-sales"},
+            ]
             assert c.get("/shares/sales/schemas/s/tables").json()["items"] == sales
             assert c.get("/shares/sales/all-tables").json()["items"] == sales
             assert c.get("/shares/marketing/all-tables").json()["items"] == [
-                {"name": "t1", "schema": "s", "share": "marketing", "id": "table-id-1",
-                 "shareId": "share-id-marketing"}]
+                {"name": "t1", "schema": "s", "share": "marketing", "id": "table-id-1", "shareId": "share-id-marketing"}
+            ]
             # no ids configured: none invented
-            assert c.get("/shares/ops/schemas/s/tables").json()["items"] == [{"name": "t2", "schema": "s",
-                                                                               "share": "ops"}]
+            assert c.get("/shares/ops/schemas/s/tables").json()["items"] == [
+                {"name": "t2", "schema": "s", "share": "ops"}
+            ]
     finally:
         server.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+
 import pytest
 
 from deltaport.errors import InvalidParameter
@@ -27,8 +28,10 @@ def test_round_trip_and_binding():
     assert err.value.message == f"Error decoding the page token: {tok}."
     with pytest.raises(InvalidParameter) as err:
         codec.decode("page", tok, B, params=params_checksum({"version": None, "limitHint": 4}))
-    assert err.value.message == ("Query parameter mismatch detected for the next page query. The query parameter "
-                                 "cannot change when querying the next page results.")
+    assert err.value.message == (
+        "Query parameter mismatch detected for the next page query. The query parameter "
+        "cannot change when querying the next page results."
+    )
     with pytest.raises(InvalidParameter) as err:  # a page token is no refresh token
         codec.decode("refresh", tok, B)
     assert err.value.message == f"Error decoding refresh token: {tok}."
@@ -51,8 +54,16 @@ def _flip(ch: str) -> str:
     return "B" if ch == "A" else "A"
 
 
-@pytest.mark.parametrize("mangle", [lambda t: t[:-2] + _flip(t[-2]) + t[-1], lambda t: "x" + t, lambda t: "garbage",
-                                    lambda t: t.split(".")[0], lambda t: ""])
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda t: t[:-2] + _flip(t[-2]) + t[-1],
+        lambda t: "x" + t,
+        lambda t: "garbage",
+        lambda t: t.split(".")[0],
+        lambda t: "",
+    ],
+)
 def test_forged_or_damaged_tokens_are_refused(mangle):
     codec = TokenCodec(b"k" * 32)
     tok = codec.encode("refresh", B, {"v": 1}, ttl_ms=60_000)

@@ -26,11 +26,9 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlsplit
 
+import cryptography  # noqa: F401
+import obstore  # noqa: F401
 import pytest
-
-pytest.importorskip("obstore")
-pytest.importorskip("cryptography")
-
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import padding  # noqa: E402
 
@@ -92,12 +90,18 @@ def v4_url(object_name: str, when: dt.datetime, expires: int, key_pem: str = KEY
     scope = f"{stamp[:8]}/auto/storage/goog4_request"
     host = "storage.googleapis.com"
     path = f"/{BUCKET}/" + quote(object_name.encode("utf-8"), safe="/")  # unreserved characters and '/' stay
-    query = {"X-Goog-Algorithm": "GOOG4-RSA-SHA256", "X-Goog-Credential": f"{EMAIL}/{scope}",
-             "X-Goog-Date": stamp, "X-Goog-Expires": str(expires), "X-Goog-SignedHeaders": "host"}
+    query = {
+        "X-Goog-Algorithm": "GOOG4-RSA-SHA256",
+        "X-Goog-Credential": f"{EMAIL}/{scope}",
+        "X-Goog-Date": stamp,
+        "X-Goog-Expires": str(expires),
+        "X-Goog-SignedHeaders": "host",
+    }
     canonical_query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in sorted(query.items()))
     canonical_request = "\n".join(["GET", path, canonical_query, f"host:{host}", "", "host", "UNSIGNED-PAYLOAD"])
-    string_to_sign = "\n".join(["GOOG4-RSA-SHA256", stamp, scope,
-                                hashlib.sha256(canonical_request.encode()).hexdigest()])
+    string_to_sign = "\n".join(
+        ["GOOG4-RSA-SHA256", stamp, scope, hashlib.sha256(canonical_request.encode()).hexdigest()]
+    )
     signature = key.sign(string_to_sign.encode(), padding.PKCS1v15(), hashes.SHA256()).hex()
     return f"https://{host}{path}?{canonical_query}&X-Goog-Signature={signature}"
 
@@ -105,9 +109,18 @@ def v4_url(object_name: str, when: dt.datetime, expires: int, key_pem: str = KEY
 @pytest.fixture(scope="module")
 def service_account(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("gcs-kat") / "service-account.json"
-    path.write_text(json.dumps({"type": "service_account", "project_id": "deltaport-test",
-                                "private_key_id": "kat-key-1", "private_key": KEY_PEM, "client_email": EMAIL,
-                                "token_uri": "http://127.0.0.1:9/token"}))  # never contacted: signing is local
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": "deltaport-test",
+                "private_key_id": "kat-key-1",
+                "private_key": KEY_PEM,
+                "client_email": EMAIL,
+                "token_uri": "http://127.0.0.1:9/token",
+            }
+        )
+    )  # never contacted: signing is local
     return path
 
 
@@ -116,21 +129,29 @@ def test_independent_v4_signing_gives_the_known_answer():
     # and the signature is the key's: it verifies with the public half over the same string-to-sign
     public = serialization.load_pem_private_key(KEY_PEM.encode(), password=None).public_key()
     query = dict(parse_qsl(urlsplit(EXPECTED_URL).query))
-    canonical_request = ("GET\n/deltaport-bucket/tables/t1/part-00000.snappy.parquet\n"
-                         + urlsplit(EXPECTED_URL).query.split("&X-Goog-Signature=")[0]
-                         + "\nhost:storage.googleapis.com\n\nhost\nUNSIGNED-PAYLOAD")
-    string_to_sign = ("GOOG4-RSA-SHA256\n20260102T030405Z\n20260102/auto/storage/goog4_request\n"
-                      + hashlib.sha256(canonical_request.encode()).hexdigest())
-    public.verify(bytes.fromhex(query["X-Goog-Signature"]), string_to_sign.encode(), padding.PKCS1v15(),
-                  hashes.SHA256())
+    canonical_request = (
+        "GET\n/deltaport-bucket/tables/t1/part-00000.snappy.parquet\n"
+        + urlsplit(EXPECTED_URL).query.split("&X-Goog-Signature=")[0]
+        + "\nhost:storage.googleapis.com\n\nhost\nUNSIGNED-PAYLOAD"
+    )
+    string_to_sign = (
+        "GOOG4-RSA-SHA256\n20260102T030405Z\n20260102/auto/storage/goog4_request\n"
+        + hashlib.sha256(canonical_request.encode()).hexdigest()
+    )
+    public.verify(
+        bytes.fromhex(query["X-Goog-Signature"]), string_to_sign.encode(), padding.PKCS1v15(), hashes.SHA256()
+    )
 
 
-@pytest.mark.parametrize("path", [
-    "part-00000.snappy.parquet",
-    "a b/\u00fcn\u00ef c\u00f6d\u00e9/part-00001.parquet",  # space and non-ASCII: percent-encoded UTF-8
-    "ts 10%3A00%3A00/part-00002.parquet",  # a literal '%' (Delta's escaped partition values) is %25
-    "deletion_vector_0c6f8a2e-8d1b-4a4e-9d3a-0c6f8a2e8d1b.bin",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "part-00000.snappy.parquet",
+        "a b/\u00fcn\u00ef c\u00f6d\u00e9/part-00001.parquet",  # space and non-ASCII: percent-encoded UTF-8
+        "ts 10%3A00%3A00/part-00002.parquet",  # a literal '%' (Delta's escaped partition values) is %25
+        "deletion_vector_0c6f8a2e-8d1b-4a4e-9d3a-0c6f8a2e8d1b.bin",
+    ],
+)
 def test_signer_url_is_exactly_the_independent_one_at_its_date(service_account, path):
     signer = ObstoreSigner(store_for(f"gs://{BUCKET}/{PREFIX}", {"service_account_path": str(service_account)}))
     before = time.time()
@@ -143,22 +164,38 @@ def test_signer_url_is_exactly_the_independent_one_at_its_date(service_account, 
     assert signed.expiration_ms // 1000 - int(when.timestamp()) in (900, 899, 901)
 
 
-_FAKETIME = next((p for p in (os.environ.get("DELTAPORT_LIBFAKETIME", ""),
-                              "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-                              "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-                              "/usr/lib/faketime/libfaketime.so.1") if p and Path(p).exists()), None)
+_FAKETIME = next(
+    (
+        p
+        for p in (
+            os.environ.get("DELTAPORT_LIBFAKETIME", ""),
+            "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+            "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+            "/usr/lib/faketime/libfaketime.so.1",
+        )
+        if p and Path(p).exists()
+    ),
+    None,
+)
 
 
 @pytest.mark.skipif(_FAKETIME is None, reason="libfaketime is not installed: the signer's clock cannot be fixed")
 def test_signer_at_the_known_instant_gives_the_known_url(service_account):
-    code = "\n".join([
-        "from deltaport.signing import ObstoreSigner",
-        "from deltaport.storage import store_for",
-        f"store = store_for('gs://{BUCKET}/{PREFIX}', {{'service_account_path': {str(service_account)!r}}})",
-        "print(ObstoreSigner(store).sign('part-00000.snappy.parquet', expires_in=900).url)",
-    ])
-    env = {**os.environ, "LD_PRELOAD": _FAKETIME, "FAKETIME": "2026-01-02 03:04:05", "TZ": "UTC",
-           "FAKETIME_DONT_RESET": "1"}  # a frozen clock: the instant cannot drift while Python starts
+    code = "\n".join(
+        [
+            "from deltaport.signing import ObstoreSigner",
+            "from deltaport.storage import store_for",
+            f"store = store_for('gs://{BUCKET}/{PREFIX}', {{'service_account_path': {str(service_account)!r}}})",
+            "print(ObstoreSigner(store).sign('part-00000.snappy.parquet', expires_in=900).url)",
+        ]
+    )
+    env = {
+        **os.environ,
+        "LD_PRELOAD": _FAKETIME,
+        "FAKETIME": "2026-01-02 03:04:05",
+        "TZ": "UTC",
+        "FAKETIME_DONT_RESET": "1",
+    }  # a frozen clock: the instant cannot drift while Python starts
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == EXPECTED_URL

@@ -35,7 +35,8 @@ def signer() -> LocalFileSigner:
 
 def _request_parts(url: str):
     """Host, raw path and raw query as an HTTP client sends them."""
-    httpx = pytest.importorskip("httpx")
+    import httpx
+
     request = httpx.Request("GET", url)
     raw_path, _, query = request.url.raw_path.partition(b"?")
     return request.headers["host"], raw_path, query
@@ -64,7 +65,8 @@ def test_url_is_a_sigv4_url_any_s3_verifier_recomputes():
     signer = LocalFileSigner("http://127.0.0.1:8080", "t1", "deltaport", SECRET, region="eu-west-1")
     url = signer.sign("a b.parquet", expires_in=60, now=NOW).url
     expected = SigV4Presigner("http://127.0.0.1:8080", "deltaport", SECRET, region="eu-west-1").presign(
-        "/files/t1/a b.parquet", expires_in=60, now=NOW)
+        "/files/t1/a b.parquet", expires_in=60, now=NOW
+    )
     assert url == expected
 
 
@@ -116,9 +118,29 @@ def test_default_clock(signer):
     assert signer.verify("GET", host, raw_path, query) == ("share.schema.table", "a.parquet")
 
 
-BAD_PATHS = ["", "..", "../x", "a/../../x", "a/..", "/etc/passwd", "//etc/passwd", "C:/Windows/x", "c:x",
-             "s3://bucket/x", "file:///etc/passwd", "a\x00b", "a/\x00", "a\\..\\x", "..\\x", "a//b", "./a",
-             "a/./b", "a/", ".", "a\nb"]
+BAD_PATHS = [
+    "",
+    "..",
+    "../x",
+    "a/../../x",
+    "a/..",
+    "/etc/passwd",
+    "//etc/passwd",
+    "C:/Windows/x",
+    "c:x",
+    "s3://bucket/x",
+    "file:///etc/passwd",
+    "a\x00b",
+    "a/\x00",
+    "a\\..\\x",
+    "..\\x",
+    "a//b",
+    "./a",
+    "a/./b",
+    "a/",
+    ".",
+    "a\nb",
+]
 
 
 @pytest.mark.parametrize("path", BAD_PATHS)
@@ -134,21 +156,24 @@ def _forged(raw_path: str, *, host="sharing.example.com:8443", secret=SECRET) ->
     return host, raw_path, urlsplit(url).query
 
 
-@pytest.mark.parametrize("raw_path,problem", [
-    ("/delta-sharing/files/share.schema.table/../../etc/passwd", "leave the table root"),
-    ("/delta-sharing/files/share.schema.table/%2E%2E/%2E%2E/etc/passwd", "leave the table root"),
-    ("/delta-sharing/files/share.schema.table/a/%2e%2e/%2e%2e/x", "leave the table root"),
-    ("/delta-sharing/files/share.schema.table/%2Fetc%2Fpasswd", "relative to the table root"),
-    ("/delta-sharing/files/share.schema.table//etc/passwd", "relative to the table root"),
-    ("/delta-sharing/files/share.schema.table/C%3A%5CWindows", "backslash"),
-    ("/delta-sharing/files/share.schema.table/a%00.parquet", "control character"),
-    ("/delta-sharing/files/share.schema.table/..%5C..%5Cx", "backslash"),
-    ("/delta-sharing/files/share.schema.table/a/./b", "'.' segment"),
-    ("/delta-sharing/files/..%2Fsecret/x", "table key"),
-    ("/delta-sharing/files/../x", "table key"),
-    ("/delta-sharing/files/share.schema.table", "no file"),
-    ("/delta-sharing/files/share.schema.table/%FF.parquet", "UTF-8"),
-])
+@pytest.mark.parametrize(
+    "raw_path,problem",
+    [
+        ("/delta-sharing/files/share.schema.table/../../etc/passwd", "leave the table root"),
+        ("/delta-sharing/files/share.schema.table/%2E%2E/%2E%2E/etc/passwd", "leave the table root"),
+        ("/delta-sharing/files/share.schema.table/a/%2e%2e/%2e%2e/x", "leave the table root"),
+        ("/delta-sharing/files/share.schema.table/%2Fetc%2Fpasswd", "relative to the table root"),
+        ("/delta-sharing/files/share.schema.table//etc/passwd", "relative to the table root"),
+        ("/delta-sharing/files/share.schema.table/C%3A%5CWindows", "backslash"),
+        ("/delta-sharing/files/share.schema.table/a%00.parquet", "control character"),
+        ("/delta-sharing/files/share.schema.table/..%5C..%5Cx", "backslash"),
+        ("/delta-sharing/files/share.schema.table/a/./b", "'.' segment"),
+        ("/delta-sharing/files/..%2Fsecret/x", "table key"),
+        ("/delta-sharing/files/../x", "table key"),
+        ("/delta-sharing/files/share.schema.table", "no file"),
+        ("/delta-sharing/files/share.schema.table/%FF.parquet", "UTF-8"),
+    ],
+)
 def test_verify_refuses_escaping_paths_even_when_validly_signed(signer, raw_path, problem):
     host, path, query = _forged(raw_path)
     with pytest.raises(PermissionDenied, match=problem):
@@ -184,8 +209,16 @@ def test_signer_for_picks_the_implementation(tmp_path):
     assert isinstance(local, LocalFileSigner) and local.table_key == "t"
     with pytest.raises(ValueError, match="secret"):
         signer_for(LocalStore(tmp_path), base_url=BASE, table_key="t", access_key="deltaport")
-    s3 = store_for("s3://bucket/table", {"endpoint": "http://127.0.0.1:9", "region": "us-east-1",
-                                         "access_key_id": "a", "secret_access_key": "b", "allow_http": True})
+    s3 = store_for(
+        "s3://bucket/table",
+        {
+            "endpoint": "http://127.0.0.1:9",
+            "region": "us-east-1",
+            "access_key_id": "a",
+            "secret_access_key": "b",
+            "allow_http": True,
+        },
+    )
     assert isinstance(signer_for(s3), ObstoreSigner)
     with pytest.raises(TypeError):
         signer_for(object())  # type: ignore[arg-type]

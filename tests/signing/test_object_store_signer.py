@@ -16,15 +16,14 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import httpx
+import obstore  # noqa: F401
 import pytest
 
 from deltaport.errors import PermissionDenied, StorageError
 from deltaport.signing import ObstoreSigner, SignedUrl, UrlSigner, signer_for
 from deltaport.signing.sigv4 import verify_presigned
 from deltaport.storage import store_for
-
-pytest.importorskip("obstore")
-httpx = pytest.importorskip("httpx")
 
 FILES = {
     "part-00000.snappy.parquet": b"PAR1 plain",
@@ -72,8 +71,10 @@ def test_s3_url_verifies_with_our_sigv4_verifier(moto_server, s3_table):
     request = httpx.Request("GET", signed.url)
     raw_path, _, query = request.url.raw_path.partition(b"?")
     lookup = {moto_server.access_key: moto_server.secret_key}.get
-    assert verify_presigned("GET", request.headers["host"], raw_path, query, lookup,
-                            region=moto_server.region) == moto_server.access_key
+    assert (
+        verify_presigned("GET", request.headers["host"], raw_path, query, lookup, region=moto_server.region)
+        == moto_server.access_key
+    )
     with pytest.raises(PermissionDenied, match="signature does not match"):
         verify_presigned("GET", request.headers["host"], raw_path.replace(b"c%25d", b"c%25e"), query, lookup)
 
@@ -104,11 +105,18 @@ def test_stores_that_cannot_sign_are_refused():
 
 
 def test_obstore_errors_become_storage_errors(monkeypatch):
-    import obstore
     import obstore.exceptions
 
-    store = store_for("s3://bucket/t", {"endpoint": "http://127.0.0.1:9", "region": "us-east-1",
-                                        "access_key_id": "a", "secret_access_key": "b", "allow_http": True})
+    store = store_for(
+        "s3://bucket/t",
+        {
+            "endpoint": "http://127.0.0.1:9",
+            "region": "us-east-1",
+            "access_key_id": "a",
+            "secret_access_key": "b",
+            "allow_http": True,
+        },
+    )
 
     def fail(*args, **kwargs):
         raise obstore.exceptions.GenericError("credential provider failed\n\nDebug source: ...")
@@ -127,21 +135,26 @@ def test_obstore_errors_become_storage_errors(monkeypatch):
 
 @pytest.fixture(scope="module")
 def gcs_key(tmp_path_factory):
-    crypto = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
     from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa as crypto
 
     key = crypto.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     path: Path = tmp_path_factory.mktemp("gcs") / "service-account.json"
-    path.write_text(json.dumps({
-        "type": "service_account",
-        "project_id": "deltaport-test",
-        "private_key_id": "test-key-1",
-        "private_key": pem,
-        "client_email": "sharing@deltaport-test.iam.gserviceaccount.com",
-        "token_uri": "http://127.0.0.1:9/token",  # never contacted: signing is local
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": "deltaport-test",
+                "private_key_id": "test-key-1",
+                "private_key": pem,
+                "client_email": "sharing@deltaport-test.iam.gserviceaccount.com",
+                "token_uri": "http://127.0.0.1:9/token",  # never contacted: signing is local
+            }
+        )
+    )
     return key, path
 
 
@@ -161,8 +174,9 @@ def _check_gcs_v4(url: str, public_key, email: str) -> None:
     canonical_query = "&".join(f"{k}={v}" for k, v in sorted(params) if k != "X-Goog-Signature")
     canonical_request = f"GET\n{parts.path}\n{canonical_query}\nhost:{parts.hostname}\n\nhost\nUNSIGNED-PAYLOAD"
     string_to_sign = f"GOOG4-RSA-SHA256\n{date}\n{scope}\n{hashlib.sha256(canonical_request.encode()).hexdigest()}"
-    public_key.verify(bytes.fromhex(query["X-Goog-Signature"]), string_to_sign.encode(),
-                      padding.PKCS1v15(), hashes.SHA256())
+    public_key.verify(
+        bytes.fromhex(query["X-Goog-Signature"]), string_to_sign.encode(), padding.PKCS1v15(), hashes.SHA256()
+    )
 
 
 @pytest.mark.parametrize("path", sorted(FILES))
@@ -187,19 +201,36 @@ def test_gcs_v4_signature_verifies_with_the_public_key(gcs_key, path):
 
 
 def _azure_signer() -> ObstoreSigner:
-    store = store_for("az://container/tables/t1", {
-        "account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY, "use_emulator": True,
-    })
+    store = store_for(
+        "az://container/tables/t1",
+        {
+            "account_name": AZURITE_ACCOUNT,
+            "account_key": AZURITE_KEY,
+            "use_emulator": True,
+        },
+    )
     return ObstoreSigner(store)
 
 
 def _azure_sas_signature(query: dict, canonical_resource: str) -> str:
     """Service SAS string-to-sign for versions 2020-12-06 and later."""
     fields = [
-        query["sp"], query.get("st", ""), query["se"], canonical_resource,
-        query.get("si", ""), query.get("sip", ""), query.get("spr", ""), query["sv"], query["sr"],
-        query.get("snapshot", ""), query.get("ses", ""),
-        query.get("rscc", ""), query.get("rscd", ""), query.get("rsce", ""), query.get("rscl", ""), query.get("rsct", ""),
+        query["sp"],
+        query.get("st", ""),
+        query["se"],
+        canonical_resource,
+        query.get("si", ""),
+        query.get("sip", ""),
+        query.get("spr", ""),
+        query["sv"],
+        query["sr"],
+        query.get("snapshot", ""),
+        query.get("ses", ""),
+        query.get("rscc", ""),
+        query.get("rscd", ""),
+        query.get("rsce", ""),
+        query.get("rscl", ""),
+        query.get("rsct", ""),
     ]
     digest = hmac.digest(base64.b64decode(AZURITE_KEY), "\n".join(fields).encode("utf-8"), "sha256")
     return base64.b64encode(digest).decode()
@@ -228,8 +259,9 @@ def test_azure_sign_many_and_a_store_without_prefix():
     for path, signed in zip(paths, _azure_signer().sign_many(paths, expires_in=60)):
         query = dict(parse_qsl(urlsplit(signed.url).query))
         assert query["sig"] == _azure_sas_signature(query, f"/blob/{AZURITE_ACCOUNT}/container/tables/t1/{path}")
-    store = store_for("az://container", {"account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY,
-                                         "use_emulator": True})
+    store = store_for(
+        "az://container", {"account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY, "use_emulator": True}
+    )
     signed = ObstoreSigner(store).sign("a b/c.parquet", expires_in=60)
     query = dict(parse_qsl(urlsplit(signed.url).query))
     assert query["sig"] == _azure_sas_signature(query, f"/blob/{AZURITE_ACCOUNT}/container/a b/c.parquet")

@@ -7,14 +7,12 @@ import datetime
 import random
 from urllib.parse import quote, urlsplit
 
+import boto3
 import pytest
+from botocore.config import Config  # noqa: E402
 
 from deltaport.errors import PermissionDenied
 from deltaport.signing.sigv4 import SigV4Presigner, derive_signing_key, uri_encode_path, verify_presigned
-
-botocore = pytest.importorskip("botocore")
-boto3 = pytest.importorskip("boto3")
-from botocore.config import Config  # noqa: E402
 
 FIXED = datetime.datetime(2024, 5, 6, 7, 8, 9)
 NOW = calendar.timegm(FIXED.timetuple())
@@ -54,16 +52,18 @@ def _boto_client(endpoint: str, region: str, token: str | None = None, secret: s
     )
 
 
-def _boto_url(key: str, *, endpoint="http://127.0.0.1:9000", region="us-east-1", token=None, expires=600,
-              bucket="bucket") -> str:
+def _boto_url(
+    key: str, *, endpoint="http://127.0.0.1:9000", region="us-east-1", token=None, expires=600, bucket="bucket"
+) -> str:
     client = _boto_client(endpoint, region, token)
     return client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires)
 
 
 def _verify(url: str, *, now=NOW + 1, secret=SECRET, **kwargs) -> str:
     parts = urlsplit(url)
-    return verify_presigned("GET", parts.netloc, parts.path, parts.query, lambda key: secret if key == AKID else None,
-                            now=now, **kwargs)
+    return verify_presigned(
+        "GET", parts.netloc, parts.path, parts.query, lambda key: secret if key == AKID else None, now=now, **kwargs
+    )
 
 
 # --- identical to botocore ------------------------------------------------------------------
@@ -77,13 +77,16 @@ def test_identical_to_botocore(frozen, key, region):
     assert ours == _boto_url(key, endpoint=endpoint, region=region)
 
 
-@pytest.mark.parametrize("endpoint", [
-    "https://s3.example.com",
-    "https://s3.example.com:443",  # default port: kept in the URL, left out of the signed host
-    "http://LocalHost:8080",
-    "http://127.0.0.1:80",
-    "https://minio.internal:9443",
-])
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://s3.example.com",
+        "https://s3.example.com:443",  # default port: kept in the URL, left out of the signed host
+        "http://LocalHost:8080",
+        "http://127.0.0.1:80",
+        "https://minio.internal:9443",
+    ],
+)
 @pytest.mark.parametrize("expires", [1, 3600, 604800])
 def test_identical_to_botocore_across_endpoints_and_lifetimes(frozen, endpoint, expires):
     ours = SigV4Presigner(endpoint, AKID, SECRET).presign("/bkt/dir/file name.parquet", expires_in=expires, now=frozen)
@@ -93,7 +96,8 @@ def test_identical_to_botocore_across_endpoints_and_lifetimes(frozen, endpoint, 
 def test_identical_to_botocore_with_session_token(frozen):
     token = "FQoGZXIvYXdzE/+token=="
     ours = SigV4Presigner("http://127.0.0.1:9000", AKID, SECRET, session_token=token).presign(
-        "/bucket/a b.parquet", expires_in=900, now=frozen)
+        "/bucket/a b.parquet", expires_in=900, now=frozen
+    )
     theirs = _boto_url("a b.parquet", token=token, expires=900)
     assert ours == theirs
     # the token is signed too: it appears after SignedHeaders in the URL but sorts before it
@@ -104,14 +108,21 @@ def test_identical_to_botocore_with_session_token(frozen):
 def test_botocore_parameter_order(frozen):
     url = SigV4Presigner("http://h:1", AKID, SECRET).presign("/b/k", expires_in=60, now=frozen)
     names = [p.split("=", 1)[0] for p in urlsplit(url).query.split("&")]
-    assert names == ["X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
-                     "X-Amz-SignedHeaders", "X-Amz-Signature"]
+    assert names == [
+        "X-Amz-Algorithm",
+        "X-Amz-Credential",
+        "X-Amz-Date",
+        "X-Amz-Expires",
+        "X-Amz-SignedHeaders",
+        "X-Amz-Signature",
+    ]
 
 
 def test_aws_documented_example():
     """The worked example in the S3 SigV4 query-authentication documentation."""
-    presigner = SigV4Presigner("https://examplebucket.s3.amazonaws.com", "AKIAIOSFODNN7EXAMPLE",
-                               "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    presigner = SigV4Presigner(
+        "https://examplebucket.s3.amazonaws.com", "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    )
     url = presigner.presign("/test.txt", expires_in=86400, now=calendar.timegm((2013, 5, 24, 0, 0, 0)))
     assert url.endswith("X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404")
 
@@ -164,17 +175,28 @@ def test_presigner_refuses_bad_configuration():
 @pytest.mark.parametrize("key", KEYS)
 def test_verify_accepts_our_urls_and_botocores(frozen, key):
     ours = SigV4Presigner("http://127.0.0.1:9000", AKID, SECRET, region="eu-west-3").presign(
-        f"/bucket/{key}", expires_in=600, now=frozen)
+        f"/bucket/{key}", expires_in=600, now=frozen
+    )
     assert _verify(ours, region="eu-west-3", service="s3") == AKID
     assert _verify(_boto_url(key, region="eu-west-3")) == AKID
 
 
 def test_verify_accepts_bytes_and_the_path_as_an_http_client_sends_it(frozen):
-    httpx = pytest.importorskip("httpx")
+    import httpx
+
     url = _boto_url("a b/ü%x=y [1].parquet")
     request = httpx.Request("GET", url)
-    assert verify_presigned("GET", request.headers["host"], request.url.raw_path.split(b"?")[0],
-                            request.url.query, lambda k: SECRET, now=NOW) == AKID
+    assert (
+        verify_presigned(
+            "GET",
+            request.headers["host"],
+            request.url.raw_path.split(b"?")[0],
+            request.url.query,
+            lambda k: SECRET,
+            now=NOW,
+        )
+        == AKID
+    )
 
 
 def _tamper_param(url: str, name: str, value: str) -> str:
@@ -184,18 +206,21 @@ def _tamper_param(url: str, name: str, value: str) -> str:
     return parts._replace(query=query).geturl()
 
 
-@pytest.mark.parametrize("name,value", [
-    ("X-Amz-Expires", "601"),
-    ("X-Amz-Expires", "3600"),
-    ("X-Amz-Date", "20240506T070810Z"),
-    ("X-Amz-Credential", f"{AKID}%2F20240506%2Fus-east-1%2Fs3%2Faws4_request%2F"),
-    ("X-Amz-Credential", f"OTHER%2F20240506%2Fus-east-1%2Fs3%2Faws4_request"),
-    ("X-Amz-Credential", f"{AKID}%2F20240506%2Fus-west-2%2Fs3%2Faws4_request"),
-    ("X-Amz-SignedHeaders", "host%3Brange"),
-    ("X-Amz-Algorithm", "AWS4-HMAC-SHA1"),
-    ("X-Amz-Signature", "0" * 64),
-    ("X-Amz-Signature", ""),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("X-Amz-Expires", "601"),
+        ("X-Amz-Expires", "3600"),
+        ("X-Amz-Date", "20240506T070810Z"),
+        ("X-Amz-Credential", f"{AKID}%2F20240506%2Fus-east-1%2Fs3%2Faws4_request%2F"),
+        ("X-Amz-Credential", "OTHER%2F20240506%2Fus-east-1%2Fs3%2Faws4_request"),
+        ("X-Amz-Credential", f"{AKID}%2F20240506%2Fus-west-2%2Fs3%2Faws4_request"),
+        ("X-Amz-SignedHeaders", "host%3Brange"),
+        ("X-Amz-Algorithm", "AWS4-HMAC-SHA1"),
+        ("X-Amz-Signature", "0" * 64),
+        ("X-Amz-Signature", ""),
+    ],
+)
 def test_verify_refuses_any_tampered_parameter(frozen, name, value):
     url = _boto_url("dir/file.parquet")
     with pytest.raises(PermissionDenied):
@@ -206,7 +231,7 @@ def test_verify_refuses_flipped_signature_characters(frozen):
     url = _boto_url("dir/file.parquet")
     signature = url.rsplit("=", 1)[1]
     for i in (0, 31, 63):
-        flipped = signature[:i] + ("a" if signature[i] != "a" else "b") + signature[i + 1:]
+        flipped = signature[:i] + ("a" if signature[i] != "a" else "b") + signature[i + 1 :]
         with pytest.raises(PermissionDenied, match="signature does not match"):
             _verify(url.rsplit("=", 1)[0] + "=" + flipped)
     with pytest.raises(PermissionDenied, match="signature does not match"):
@@ -231,9 +256,16 @@ def test_verify_refuses_added_removed_and_duplicated_parameters(frozen):
         _verify(url.split("?")[0])
 
 
-@pytest.mark.parametrize("other", [
-    "dir/file.parquet2", "dir/File.parquet", "dir2/file.parquet", "dir/../dir/file.parquet", "dir//file.parquet",
-])
+@pytest.mark.parametrize(
+    "other",
+    [
+        "dir/file.parquet2",
+        "dir/File.parquet",
+        "dir2/file.parquet",
+        "dir/../dir/file.parquet",
+        "dir//file.parquet",
+    ],
+)
 def test_verify_refuses_a_tampered_path(frozen, other):
     url = _boto_url("dir/file.parquet")
     tampered = url.replace("/bucket/dir/file.parquet", "/bucket/" + quote(other, safe="/~"))

@@ -20,8 +20,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pyspark = pytest.importorskip("pyspark")
-
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "delta-tables"
 TOKEN = "test-token-spark"
 CORPUS = {
@@ -69,12 +67,24 @@ def append_rows(table: Path, rows: pa.Table, *, partition_by: tuple[str, ...] = 
         relative = f"{folder}/{name}" if folder else name
         (table / relative).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(part, table / relative, compression="snappy")
-        actions.append({"add": {"path": quote(relative, safe="/-_.=~"), "partitionValues": values,
-                                "size": (table / relative).stat().st_size,
-                                "modificationTime": 1_717_236_000_000 + version * 3_600_000, "dataChange": True,
-                                "stats": file_stats(part)}})
-    info = {"timestamp": 1_717_236_000_000 + version * 3_600_000, "operation": "WRITE",
-            "operationParameters": {"mode": "Append"}, "isBlindAppend": True}
+        actions.append(
+            {
+                "add": {
+                    "path": quote(relative, safe="/-_.=~"),
+                    "partitionValues": values,
+                    "size": (table / relative).stat().st_size,
+                    "modificationTime": 1_717_236_000_000 + version * 3_600_000,
+                    "dataChange": True,
+                    "stats": file_stats(part),
+                }
+            }
+        )
+    info = {
+        "timestamp": 1_717_236_000_000 + version * 3_600_000,
+        "operation": "WRITE",
+        "operationParameters": {"mode": "Append"},
+        "isBlindAppend": True,
+    }
     write_commit(table, version, [{"commitInfo": info}, *actions])
     set_commit_times(table)
     return version
@@ -82,50 +92,112 @@ def append_rows(table: Path, rows: pa.Table, *, partition_by: tuple[str, ...] = 
 
 # --- a table with every type ---------------------------------------------------------------------------
 
-TYPES_SCHEMA = {"type": "struct", "fields": [
-    {"name": "b", "type": "boolean", "nullable": True, "metadata": {}},
-    {"name": "i8", "type": "byte", "nullable": True, "metadata": {}},
-    {"name": "i16", "type": "short", "nullable": True, "metadata": {}},
-    {"name": "i32", "type": "integer", "nullable": False, "metadata": {}},
-    {"name": "i64", "type": "long", "nullable": True, "metadata": {"comment": "a long"}},
-    {"name": "f32", "type": "float", "nullable": True, "metadata": {}},
-    {"name": "f64", "type": "double", "nullable": True, "metadata": {}},
-    {"name": "dec", "type": "decimal(12,3)", "nullable": True, "metadata": {}},
-    {"name": "s", "type": "string", "nullable": True, "metadata": {}},
-    {"name": "bin", "type": "binary", "nullable": True, "metadata": {}},
-    {"name": "d", "type": "date", "nullable": True, "metadata": {}},
-    {"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}},
-    {"name": "ntz", "type": "timestamp_ntz", "nullable": True, "metadata": {}},
-    {"name": "st", "type": {"type": "struct", "fields": [
-        {"name": "x", "type": "integer", "nullable": False, "metadata": {}},
-        {"name": "y", "type": "string", "nullable": True, "metadata": {}}]}, "nullable": True, "metadata": {}},
-    {"name": "arr", "type": {"type": "array", "elementType": "long", "containsNull": True}, "nullable": True,
-     "metadata": {}},
-    {"name": "m", "type": {"type": "map", "keyType": "string", "valueType": "double", "valueContainsNull": True},
-     "nullable": True, "metadata": {}},
-    {"name": "p", "type": "string", "nullable": True, "metadata": {}},
-]}
+TYPES_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"name": "b", "type": "boolean", "nullable": True, "metadata": {}},
+        {"name": "i8", "type": "byte", "nullable": True, "metadata": {}},
+        {"name": "i16", "type": "short", "nullable": True, "metadata": {}},
+        {"name": "i32", "type": "integer", "nullable": False, "metadata": {}},
+        {"name": "i64", "type": "long", "nullable": True, "metadata": {"comment": "a long"}},
+        {"name": "f32", "type": "float", "nullable": True, "metadata": {}},
+        {"name": "f64", "type": "double", "nullable": True, "metadata": {}},
+        {"name": "dec", "type": "decimal(12,3)", "nullable": True, "metadata": {}},
+        {"name": "s", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "bin", "type": "binary", "nullable": True, "metadata": {}},
+        {"name": "d", "type": "date", "nullable": True, "metadata": {}},
+        {"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}},
+        {"name": "ntz", "type": "timestamp_ntz", "nullable": True, "metadata": {}},
+        {
+            "name": "st",
+            "type": {
+                "type": "struct",
+                "fields": [
+                    {"name": "x", "type": "integer", "nullable": False, "metadata": {}},
+                    {"name": "y", "type": "string", "nullable": True, "metadata": {}},
+                ],
+            },
+            "nullable": True,
+            "metadata": {},
+        },
+        {
+            "name": "arr",
+            "type": {"type": "array", "elementType": "long", "containsNull": True},
+            "nullable": True,
+            "metadata": {},
+        },
+        {
+            "name": "m",
+            "type": {"type": "map", "keyType": "string", "valueType": "double", "valueContainsNull": True},
+            "nullable": True,
+            "metadata": {},
+        },
+        {"name": "p", "type": "string", "nullable": True, "metadata": {}},
+    ],
+}
 TYPES_ROWS = [
-    {"b": True, "i8": 1, "i16": 300, "i32": 70000, "i64": 1 << 40, "f32": 1.5, "f64": 2.25, "dec": Decimal("123.456"),
-     "s": "héllo", "bin": b"\x00\x01", "d": dt.date(2024, 2, 29),
-     "ts": dt.datetime(2024, 3, 1, 12, 30, 15, 123456, tzinfo=dt.timezone.utc),
-     "ntz": dt.datetime(2024, 3, 1, 12, 30, 15, 654321), "st": {"x": 1, "y": "a"}, "arr": [1, None, 3],
-     "m": [("k", 0.5)], "p": "one"},
-    {"b": None, "i8": None, "i16": None, "i32": -1, "i64": None, "f32": None, "f64": None, "dec": None, "s": None,
-     "bin": None, "d": None, "ts": None, "ntz": None, "st": None, "arr": None, "m": None, "p": "two"},
+    {
+        "b": True,
+        "i8": 1,
+        "i16": 300,
+        "i32": 70000,
+        "i64": 1 << 40,
+        "f32": 1.5,
+        "f64": 2.25,
+        "dec": Decimal("123.456"),
+        "s": "héllo",
+        "bin": b"\x00\x01",
+        "d": dt.date(2024, 2, 29),
+        "ts": dt.datetime(2024, 3, 1, 12, 30, 15, 123456, tzinfo=dt.timezone.utc),
+        "ntz": dt.datetime(2024, 3, 1, 12, 30, 15, 654321),
+        "st": {"x": 1, "y": "a"},
+        "arr": [1, None, 3],
+        "m": [("k", 0.5)],
+        "p": "one",
+    },
+    {
+        "b": None,
+        "i8": None,
+        "i16": None,
+        "i32": -1,
+        "i64": None,
+        "f32": None,
+        "f64": None,
+        "dec": None,
+        "s": None,
+        "bin": None,
+        "d": None,
+        "ts": None,
+        "ntz": None,
+        "st": None,
+        "arr": None,
+        "m": None,
+        "p": "two",
+    },
 ]
 
 
 def _write_types_table(path: Path) -> None:
-    schema = pa.schema([
-        pa.field("b", pa.bool_()), pa.field("i8", pa.int8()), pa.field("i16", pa.int16()),
-        pa.field("i32", pa.int32(), nullable=False), pa.field("i64", pa.int64()), pa.field("f32", pa.float32()),
-        pa.field("f64", pa.float64()), pa.field("dec", pa.decimal128(12, 3)), pa.field("s", pa.string()),
-        pa.field("bin", pa.binary()), pa.field("d", pa.date32()), pa.field("ts", pa.timestamp("us", tz="UTC")),
-        pa.field("ntz", pa.timestamp("us")),
-        pa.field("st", pa.struct([pa.field("x", pa.int32(), nullable=False), pa.field("y", pa.string())])),
-        pa.field("arr", pa.list_(pa.int64())), pa.field("m", pa.map_(pa.string(), pa.float64())),
-    ])
+    schema = pa.schema(
+        [
+            pa.field("b", pa.bool_()),
+            pa.field("i8", pa.int8()),
+            pa.field("i16", pa.int16()),
+            pa.field("i32", pa.int32(), nullable=False),
+            pa.field("i64", pa.int64()),
+            pa.field("f32", pa.float32()),
+            pa.field("f64", pa.float64()),
+            pa.field("dec", pa.decimal128(12, 3)),
+            pa.field("s", pa.string()),
+            pa.field("bin", pa.binary()),
+            pa.field("d", pa.date32()),
+            pa.field("ts", pa.timestamp("us", tz="UTC")),
+            pa.field("ntz", pa.timestamp("us")),
+            pa.field("st", pa.struct([pa.field("x", pa.int32(), nullable=False), pa.field("y", pa.string())])),
+            pa.field("arr", pa.list_(pa.int64())),
+            pa.field("m", pa.map_(pa.string(), pa.float64())),
+        ]
+    )
     from deltaport.demo import write_commit
 
     actions = []
@@ -134,18 +206,44 @@ def _write_types_table(path: Path) -> None:
         relative = f"p={row['p']}/part-{uuid.uuid4()}.parquet"
         (path / relative).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(data, path / relative)
-        actions.append({"add": {"path": relative, "partitionValues": {"p": row["p"]},
-                                "size": (path / relative).stat().st_size, "modificationTime": 1_717_236_000_000,
-                                "dataChange": True, "stats": json.dumps({"numRecords": 1})}})
-    write_commit(path, 0, [
-        {"commitInfo": {"timestamp": 1_717_236_000_000, "operation": "WRITE"}},
-        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["timestampNtz"],
-                      "writerFeatures": ["timestampNtz"]}},
-        {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-                      "schemaString": json.dumps(TYPES_SCHEMA), "partitionColumns": ["p"], "configuration": {},
-                      "createdTime": 1_717_236_000_000}},
-        *actions,
-    ])
+        actions.append(
+            {
+                "add": {
+                    "path": relative,
+                    "partitionValues": {"p": row["p"]},
+                    "size": (path / relative).stat().st_size,
+                    "modificationTime": 1_717_236_000_000,
+                    "dataChange": True,
+                    "stats": json.dumps({"numRecords": 1}),
+                }
+            }
+        )
+    write_commit(
+        path,
+        0,
+        [
+            {"commitInfo": {"timestamp": 1_717_236_000_000, "operation": "WRITE"}},
+            {
+                "protocol": {
+                    "minReaderVersion": 3,
+                    "minWriterVersion": 7,
+                    "readerFeatures": ["timestampNtz"],
+                    "writerFeatures": ["timestampNtz"],
+                }
+            },
+            {
+                "metaData": {
+                    "id": str(uuid.uuid4()),
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": json.dumps(TYPES_SCHEMA),
+                    "partitionColumns": ["p"],
+                    "configuration": {},
+                    "createdTime": 1_717_236_000_000,
+                }
+            },
+            *actions,
+        ],
+    )
     set_commit_times(path)
 
 
@@ -175,8 +273,11 @@ class RequestRecorder:
 
     def queries(self, table: str) -> list[dict]:
         """Bodies of POST /query requests for ``table``."""
-        return [json.loads(body or b"{}") for method, path, _, body in self.requests
-                if method == "POST" and path.endswith(f"/tables/{table}/query")]
+        return [
+            json.loads(body or b"{}")
+            for method, path, _, body in self.requests
+            if method == "POST" and path.endswith(f"/tables/{table}/query")
+        ]
 
 
 class Sharing:
@@ -192,9 +293,10 @@ class Sharing:
 
 @pytest.fixture(scope="session")
 def sharing(tmp_path_factory):
+    from servers import RunningServer
+
     from deltaport.demo import build_demo_tables
     from deltaport.server import create_app, parse_config
-    from servers import RunningServer
 
     root = tmp_path_factory.mktemp("spark-tables")
     tables: dict[str, Path] = {name: Path(p) for name, p in build_demo_tables(root / "demo").items()}
@@ -211,17 +313,29 @@ def sharing(tmp_path_factory):
     locations.update({name: str(path) for name, path in tables.items()})
     config = {
         "version": 1,
-        "shares": [{"name": "corpus", "schemas": [{"name": "default", "tables": [
-            {"name": name, "location": location, "id": f"id-{name}", "historyShared": True}
-            for name, location in locations.items()]}]}],
+        "shares": [
+            {
+                "name": "corpus",
+                "schemas": [
+                    {
+                        "name": "default",
+                        "tables": [
+                            {"name": name, "location": location, "id": f"id-{name}", "historyShared": True}
+                            for name, location in locations.items()
+                        ],
+                    }
+                ],
+            }
+        ],
         "recipients": [{"name": "spark", "tokens": [TOKEN], "shares": ["corpus"]}],
         "preSignedUrlTimeoutSeconds": 900,
     }
     recorder = RequestRecorder(create_app(parse_config(config)))
     server = RunningServer(recorder)
     profile = root / "profile.share"
-    profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing",
-                                   "bearerToken": TOKEN}))
+    profile.write_text(
+        json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing", "bearerToken": TOKEN})
+    )
     yield Sharing(server, recorder, str(profile), tables)
     server.stop()
 
@@ -234,13 +348,16 @@ def spark(tmp_path_factory):
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must see this environment's packages
-    session = (SparkSession.builder.master("local[2]").appName("deltaport-spark-tests")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.streaming.stopTimeout", "30s")
-               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("deltaport-spark-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session

@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TOKEN, TYPES_ROWS
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -30,8 +31,6 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
-
-from conftest import TOKEN, TYPES_ROWS
 
 
 def normalize(value):
@@ -62,8 +61,10 @@ def rows_of(data: pd.DataFrame, columns=None) -> list:
     return sorted((tuple(normalize(v) for v in row) for row in data[columns].itertuples(index=False)), key=repr)
 
 
-@pytest.mark.parametrize("table", ["sales", "customers_dv", "events_cdf", "dv", "cdf", "cm_name", "ntz",
-                                   "partitioned", "decimal", "widening"])
+@pytest.mark.parametrize(
+    "table",
+    ["sales", "customers_dv", "events_cdf", "dv", "cdf", "cm_name", "ntz", "partitioned", "decimal", "widening"],
+)
 def test_snapshot_matches_official_client(spark, sharing, table):
     url = sharing.url(table)
     ours = spark.read.format("deltaSharing").load(url).toPandas()
@@ -75,18 +76,29 @@ def test_snapshot_matches_official_client(spark, sharing, table):
 
 def test_every_type_is_declared_exactly(spark, sharing):
     df = spark.read.format("deltaSharing").load(sharing.url("types"))
-    assert df.schema == StructType([
-        StructField("b", BooleanType()), StructField("i8", ByteType()), StructField("i16", ShortType()),
-        StructField("i32", IntegerType(), nullable=False),
-        StructField("i64", LongType(), metadata={"comment": "a long"}),
-        StructField("f32", FloatType()), StructField("f64", DoubleType()), StructField("dec", DecimalType(12, 3)),
-        StructField("s", StringType()), StructField("bin", BinaryType()), StructField("d", DateType()),
-        StructField("ts", TimestampType()), StructField("ntz", TimestampNTZType()),
-        StructField("st", StructType([StructField("x", IntegerType(), nullable=False),
-                                      StructField("y", StringType())])),
-        StructField("arr", ArrayType(LongType())), StructField("m", MapType(StringType(), DoubleType())),
-        StructField("p", StringType()),
-    ])
+    assert df.schema == StructType(
+        [
+            StructField("b", BooleanType()),
+            StructField("i8", ByteType()),
+            StructField("i16", ShortType()),
+            StructField("i32", IntegerType(), nullable=False),
+            StructField("i64", LongType(), metadata={"comment": "a long"}),
+            StructField("f32", FloatType()),
+            StructField("f64", DoubleType()),
+            StructField("dec", DecimalType(12, 3)),
+            StructField("s", StringType()),
+            StructField("bin", BinaryType()),
+            StructField("d", DateType()),
+            StructField("ts", TimestampType()),
+            StructField("ntz", TimestampNTZType()),
+            StructField(
+                "st", StructType([StructField("x", IntegerType(), nullable=False), StructField("y", StringType())])
+            ),
+            StructField("arr", ArrayType(LongType())),
+            StructField("m", MapType(StringType(), DoubleType())),
+            StructField("p", StringType()),
+        ]
+    )
     assert df.schema["i64"].metadata == {"comment": "a long"}
     rows = {r["p"]: r.asDict(recursive=True) for r in df.collect()}
     first = rows["one"]
@@ -118,8 +130,9 @@ def test_timestamp_as_of(spark, sharing):
     assert reader.option("timestampAsOf", "2024-06-01T10:59:59Z").load(url).count() == 200
     assert delta_sharing.load_as_spark(url, timestamp="2024-06-01T12:00:00Z").count() == 240
     with pytest.raises(Exception, match="versionAsOf' or 'timestampAsOf"):
-        spark.read.format("deltaSharing").option("versionAsOf", 1).option("timestampAsOf", "2024-06-01") \
-            .load(url).count()
+        spark.read.format("deltaSharing").option("versionAsOf", 1).option("timestampAsOf", "2024-06-01").load(
+            url
+        ).count()
 
 
 @pytest.mark.parametrize("table, start, end", [("events_cdf", 0, 3), ("events_cdf", 2, 2), ("cdf", 0, None)])
@@ -143,8 +156,12 @@ def test_change_feed_through_the_official_function(spark, sharing):
     df = delta_sharing.load_table_changes_as_spark(sharing.url("events_cdf"), starting_version=3)
     kinds = sorted(r["_change_type"] for r in df.collect())
     assert kinds == ["delete"] * 4
-    by_timestamp = spark.read.format("deltaSharing").option("readChangeFeed", "true") \
-        .option("startingTimestamp", "2024-06-01 12:30:00").load(sharing.url("events_cdf"))
+    by_timestamp = (
+        spark.read.format("deltaSharing")
+        .option("readChangeFeed", "true")
+        .option("startingTimestamp", "2024-06-01 12:30:00")
+        .load(sharing.url("events_cdf"))
+    )
     assert sorted(r["_commit_version"] for r in by_timestamp.collect()) == [3] * 4
 
 
@@ -186,18 +203,23 @@ def test_filters_are_sent_as_json_predicate_hints(spark, sharing, filter_pushdow
     hint = json.loads(sent[-1]["jsonPredicateHints"])
     assert hint["op"] == "and"
     assert {"op": "column", "name": "region", "valueType": "string"} in _leaves(hint)
-    assert _files_for(sharing, "sales", {"jsonPredicateHints": sent[-1]["jsonPredicateHints"]}) < \
-        _files_for(sharing, "sales", {})
+    assert _files_for(sharing, "sales", {"jsonPredicateHints": sent[-1]["jsonPredicateHints"]}) < _files_for(
+        sharing, "sales", {}
+    )
 
     # stats-based skipping on a data column, IN lists, and filters without a wire form
     assert df.filter("order_id > 300").count() == 15
     assert df.filter("region in ('asia/pacific', 'north america')").count() == 160
-    assert df.filter("region like 'eur%' and amount is not null").count() == df.filter(
-        "substring(region, 1, 3) = 'eur' and amount is not null").count()
+    assert (
+        df.filter("region like 'eur%' and amount is not null").count()
+        == df.filter("substring(region, 1, 3) = 'eur' and amount is not null").count()
+    )
     assert df.filter("not (region = 'europe')").count() == 160
     assert df.filter("region <=> 'europe'").count() == 80
-    assert df.filter("ts >= timestamp'2024-03-01 00:00:00'").count() == df.filter(
-        "cast(ts as string) >= '2024-03-01'").count()
+    assert (
+        df.filter("ts >= timestamp'2024-03-01 00:00:00'").count()
+        == df.filter("cast(ts as string) >= '2024-03-01'").count()
+    )
 
 
 def _leaves(node):

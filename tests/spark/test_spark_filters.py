@@ -23,8 +23,18 @@ from pyspark.sql.datasource import (
 from deltaport.protocol.hints import expr_to_json, parse_json_predicate
 from deltaport.spark.filters import filters_to_expression, filters_to_json_hint
 
-TYPES = {"id": "long", "n": "integer", "name": "string", "d": "date", "ts": "timestamp", "ok": "boolean",
-         "x": "double", "dec": "decimal(10,2)", "ntz": "timestamp_ntz", "st": {"type": "struct", "fields": []}}
+TYPES = {
+    "id": "long",
+    "n": "integer",
+    "name": "string",
+    "d": "date",
+    "ts": "timestamp",
+    "ok": "boolean",
+    "x": "double",
+    "dec": "decimal(10,2)",
+    "ntz": "timestamp_ntz",
+    "st": {"type": "struct", "fields": []},
+}
 
 
 def hint(*filters):

@@ -6,10 +6,10 @@ import datetime as dt
 
 import delta_sharing
 import pytest
+from test_spark_batch import rows_of
 
 from deltaport.client.rest import RestClient
 from deltaport.spark.options import parse_table_url
-from test_spark_batch import rows_of
 
 
 def served_format(url: str, response_format: str) -> str:
@@ -47,8 +47,14 @@ def test_change_feed_by_timestamps_equals_the_same_versions(spark, sharing):
     assert sorted(stamps) == [0, 1, 2, 3]
     start, end = _iso(stamps[1]), _iso(stamps[2])  # both bounds inclusive: exactly versions 1 and 2
 
-    ours = (spark.read.format("deltaSharing").option("readChangeFeed", "true")
-            .option("startingTimestamp", start).option("endingTimestamp", end).load(url).toPandas())
+    ours = (
+        spark.read.format("deltaSharing")
+        .option("readChangeFeed", "true")
+        .option("startingTimestamp", start)
+        .option("endingTimestamp", end)
+        .load(url)
+        .toPandas()
+    )
     by_versions = delta_sharing.load_table_changes_as_pandas(url, starting_version=1, ending_version=2)
     assert sorted(set(ours["_commit_version"])) == [1, 2]
     assert len(ours) == len(by_versions) < len(everything)
@@ -56,6 +62,5 @@ def test_change_feed_by_timestamps_equals_the_same_versions(spark, sharing):
     assert rows_of(ours, columns) == rows_of(by_versions, columns)
     ours_stamps = {int(ts.timestamp() * 1000) for ts in ours["_commit_timestamp"].dt.tz_localize("UTC")}
     assert ours_stamps == {stamps[1], stamps[2]}
-    official_by_time = delta_sharing.load_table_changes_as_pandas(url, starting_timestamp=start,
-                                                                  ending_timestamp=end)
+    official_by_time = delta_sharing.load_table_changes_as_pandas(url, starting_timestamp=start, ending_timestamp=end)
     assert rows_of(official_by_time, columns) == rows_of(by_versions, columns)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import TABLES, RequestRecorder
 from pyspark.sql.types import TimestampType
+from test_spark_batch import rows_of
 
 import deltaport
 import deltaport.client as ds
-from conftest import TABLES, RequestRecorder
 from deltaport.spark import read_table, stage
-from test_spark_batch import rows_of
 
 TOKEN = "native-token"
 #: corpus tables nobody can read: their data files are not in the corpus (the connector fails too)
@@ -40,9 +40,18 @@ def share_name(table: str) -> str:
 
 
 #: tables with a change data feed, and the first version it can be read from
-CDF_TABLES = {"cdf-table": 0, "cdf-table-with-dv": 0, "cdf-table-with-cdc-and-dvs": 0, "cdf-table-partitioned": 0,
-              "cdf-table-non-partitioned": 0, "cdf-column-mapping-name-mode": 1, "cdf-column-mapping-id-mode": 1,
-              "cdf-table-update-ops": 0, "cdf-table-delete-conditional-two-rows": 0, "table-with-cdf": 3}
+CDF_TABLES = {
+    "cdf-table": 0,
+    "cdf-table-with-dv": 0,
+    "cdf-table-with-cdc-and-dvs": 0,
+    "cdf-table-partitioned": 0,
+    "cdf-table-non-partitioned": 0,
+    "cdf-column-mapping-name-mode": 1,
+    "cdf-column-mapping-id-mode": 1,
+    "cdf-table-update-ops": 0,
+    "cdf-table-delete-conditional-two-rows": 0,
+    "table-with-cdf": 3,
+}
 
 
 class Corpus:
@@ -65,14 +74,18 @@ def corpus(tmp_path_factory):
     from deltaport.server import create_app, parse_config
 
     tables = [{"name": share_name(t), "location": str(TABLES / t), "historyShared": True} for t in corpus_tables()]
-    config = {"version": 1, "shares": [{"name": "corpus", "schemas": [{"name": "default", "tables": tables}]}],
-              "recipients": [{"name": "native", "tokens": [TOKEN], "shares": ["corpus"]}],
-              "preSignedUrlTimeoutSeconds": 900}
+    config = {
+        "version": 1,
+        "shares": [{"name": "corpus", "schemas": [{"name": "default", "tables": tables}]}],
+        "recipients": [{"name": "native", "tokens": [TOKEN], "shares": ["corpus"]}],
+        "preSignedUrlTimeoutSeconds": 900,
+    }
     recorder = RequestRecorder(create_app(parse_config(config)))
     server = RunningServer(recorder)
     profile = tmp_path_factory.mktemp("native") / "profile.share"
-    profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing",
-                                   "bearerToken": TOKEN}))
+    profile.write_text(
+        json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing", "bearerToken": TOKEN})
+    )
     yield Corpus(server, recorder, profile)
     server.stop()
 
@@ -111,8 +124,9 @@ def test_change_feed_same_rows_as_connector_and_data_source(spark, corpus, cache
     native = read_table(spark, url, stagingLocation=cache, readChangeFeed="true", startingVersion=start)
     assert native.columns[-3:] == ["_change_type", "_commit_version", "_commit_timestamp"]
     assert native.schema["_commit_timestamp"].dataType == TimestampType()
-    data_source = (spark.read.format("deltaSharing").option("readChangeFeed", "true")
-                   .option("startingVersion", start).load(url))
+    data_source = (
+        spark.read.format("deltaSharing").option("readChangeFeed", "true").option("startingVersion", start).load(url)
+    )
     same_rows(native, data_source.toPandas())
     connector = ds.load_table_changes_as_pandas(url, starting_version=start, progress=False)
     ours = native.toPandas()
@@ -150,11 +164,18 @@ def test_where_is_sent_as_a_predicate_hint_and_applied(spark, corpus, cache):
     url = corpus.url("basic_partitioned")
     before = len(corpus.recorder.requests)
     df = read_table(spark, url, stagingLocation=cache, where="letter = 'a'")
-    bodies = [json.loads(body) for method, path, _, body in corpus.recorder.requests[before:]
-              if method == "POST" and path.endswith("/query")]
+    bodies = [
+        json.loads(body)
+        for method, path, _, body in corpus.recorder.requests[before:]
+        if method == "POST" and path.endswith("/query")
+    ]
     assert json.loads(bodies[-1]["jsonPredicateHints"]) == {
-        "op": "equal", "children": [{"op": "column", "name": "letter", "valueType": "string"},
-                                    {"op": "literal", "value": "a", "valueType": "string"}]}
+        "op": "equal",
+        "children": [
+            {"op": "column", "name": "letter", "valueType": "string"},
+            {"op": "literal", "value": "a", "valueType": "string"},
+        ],
+    }
     assert {r["letter"] for r in df.collect()} == {"a"}
 
 

@@ -41,23 +41,45 @@ NO_WAIT = RetryPolicy(max_retries=2, initial_backoff=0.0, sleep=lambda seconds: 
 
 def test_folders_escape_every_special_character_and_name_nulls():
     assert folder([("a", "x/y=z%"), ("b", None), ("c", "2024-01-01T00:00:00.000000Z")]) == (
-        "a=x%2Fy%3Dz%25/b=__HIVE_DEFAULT_PARTITION__/c=2024-01-01T00%3A00%3A00.000000Z")
+        "a=x%2Fy%3Dz%25/b=__HIVE_DEFAULT_PARTITION__/c=2024-01-01T00%3A00%3A00.000000Z"
+    )
     assert folder([]) == ""
 
 
 def test_file_keys_tell_deletion_vectors_apart():
     dv = {"storageType": "u", "pathOrInlineDv": "ab", "offset": 1, "sizeInBytes": 4, "cardinality": 1}
-    keys = {file_key("f", 10), file_key("f", 11), file_key("g", 10), file_key("f", 10, dv),
-            file_key("f", 10, {**dv, "offset": 5}), file_key("f", 10, dv, None, True), file_key("f", 10, None, dv, True)}
+    keys = {
+        file_key("f", 10),
+        file_key("f", 11),
+        file_key("g", 10),
+        file_key("f", 10, dv),
+        file_key("f", 10, {**dv, "offset": 5}),
+        file_key("f", 10, dv, None, True),
+        file_key("f", 10, None, dv, True),
+    }
     assert len(keys) == 7
     assert file_key("f", 10, dv) == file_key("f", 10, dict(dv))
-    signed = {"storageType": "p", "pathOrInlineDv": "https://h/t/dv.bin?X-Amz-Signature=1", "offset": 1,
-              "sizeInBytes": 4, "cardinality": 1}
+    signed = {
+        "storageType": "p",
+        "pathOrInlineDv": "https://h/t/dv.bin?X-Amz-Signature=1",
+        "offset": 1,
+        "sizeInBytes": 4,
+        "cardinality": 1,
+    }
     resigned = {**signed, "pathOrInlineDv": "https://h/t/dv.bin?X-Amz-Signature=2"}
     assert file_key("f", 10, signed) == file_key("f", 10, resigned)  # URLs are signed anew in every answer
     assert file_key("f", 10, signed) != file_key("f", 10, {**signed, "pathOrInlineDv": "https://h/t/other.bin?x"})
-    assert len({table_key("http://a/", "s.d.t", "1"), table_key("http://b", "s.d.t", "1"),
-                table_key("http://a", "s.d.u", "1"), table_key("http://a", "s.d.t", "2")}) == 4
+    assert (
+        len(
+            {
+                table_key("http://a/", "s.d.t", "1"),
+                table_key("http://b", "s.d.t", "1"),
+                table_key("http://a", "s.d.u", "1"),
+                table_key("http://a", "s.d.t", "2"),
+            }
+        )
+        == 4
+    )
     assert table_key("http://a/", "s.d.t", "1") == table_key("http://a", "s.d.t", "1")
 
 
@@ -145,8 +167,9 @@ except StagingError as exc:
 
 
 def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
-    out = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path / "cache")], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path / "cache")], capture_output=True, text=True, timeout=60
+    )
     assert "is full: free some space, lower the cache size (stagingCacheSize)" in out.stdout, out.stderr
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
 

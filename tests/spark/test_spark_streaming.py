@@ -9,7 +9,6 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-
 from conftest import append_rows
 
 
@@ -19,8 +18,14 @@ def run(spark, tmp_path, url, name, **options):
     reader = spark.readStream.format("deltaSharing")
     for key, value in options.items():
         reader = reader.option(key, value)
-    query = (reader.load(url).writeStream.format("parquet").option("path", str(out))
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query = (
+        reader.load(url)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         try:
             query.awaitTermination(120)
@@ -60,9 +65,16 @@ def test_latest_snapshot_then_new_commits_after_a_restart(spark, sharing, tmp_pa
 def test_a_query_stopped_midway_resumes_from_its_checkpoint(spark, sharing, tmp_path):
     url, table = sharing.url("stream_midway"), sharing.tables["stream_midway"]
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    query = (spark.readStream.format("deltaSharing").option("maxFilesPerTrigger", 1).load(url)
-             .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
-             .trigger(processingTime="200 milliseconds").start())
+    query = (
+        spark.readStream.format("deltaSharing")
+        .option("maxFilesPerTrigger", 1)
+        .load(url)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
         deadline = time.time() + 60
         while sum(p["numInputRows"] > 0 for p in query.recentProgress) < 2 and time.time() < deadline:
@@ -114,8 +126,7 @@ def test_max_bytes_per_trigger_and_starting_version_latest(spark, sharing, tmp_p
 
 def test_change_data_feed_stream(spark, sharing, tmp_path):
     url = sharing.url("stream_cdf")
-    rows, progress = run(spark, tmp_path, url, "cdf", readChangeFeed="true", startingVersion=0,
-                         maxFilesPerTrigger=1)
+    rows, progress = run(spark, tmp_path, url, "cdf", readChangeFeed="true", startingVersion=0, maxFilesPerTrigger=1)
     batch = spark.read.format("deltaSharing").option("readChangeFeed", "true").option("startingVersion", 0).load(url)
     key = lambda r: (r["id"], r["score"], r["_change_type"], r["_commit_version"])  # noqa: E731
     assert sorted(map(key, rows)) == sorted(map(key, batch.collect()))
@@ -128,8 +139,10 @@ def test_change_data_feed_stream(spark, sharing, tmp_path):
 
 def test_stream_options_are_validated(spark, sharing, tmp_path):
     url = sharing.url("stream_sales")
-    for options, message in (({"versionAsOf": 1}, "Cannot time travel streams"),
-                             ({"startingVersion": 0, "startingTimestamp": "2024-06-01"}, "startingTimestamp"),
-                             ({"maxFilesPerTrigger": 0}, "maxFilesPerTrigger")):
+    for options, message in (
+        ({"versionAsOf": 1}, "Cannot time travel streams"),
+        ({"startingVersion": 0, "startingTimestamp": "2024-06-01"}, "startingTimestamp"),
+        ({"maxFilesPerTrigger": 0}, "maxFilesPerTrigger"),
+    ):
         with pytest.raises(Exception, match=message):
             run(spark, tmp_path, url, f"bad-{uuid.uuid4().hex[:6]}", **options)

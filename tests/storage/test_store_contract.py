@@ -71,18 +71,26 @@ def test_unknown_scheme_is_a_clear_error():
         store_for("hdfs://namenode/table")
 
 
-@pytest.mark.parametrize("name", ["table-with-dv-small", "v2-checkpoints-parquet-with-sidecars",
-                                  "v1-multi-part-partitioned-struct-stats-only", "cdf-table"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "table-with-dv-small",
+        "v2-checkpoints-parquet-with-sidecars",
+        "v1-multi-part-partitioned-struct-stats-only",
+        "cdf-table",
+    ],
+)
 def test_delta_snapshot_over_s3_equals_local(moto_server, name):
     uri = moto_server.upload_dir("tables", name, TABLES / name)
     remote = DeltaTable(uri, storage_options=moto_server.storage_options(), cache=SnapshotCache())
     local = DeltaTable(str(TABLES / name), cache=SnapshotCache())
     for version in range(local.earliest_version(), local.latest_version() + 1):
-        r, l = remote.snapshot(version), local.snapshot(version)
-        assert sorted(r.files().column("path").to_pylist()) == sorted(l.files().column("path").to_pylist())
-        assert r.metadata == l.metadata
-    assert [c.version for c in remote.changes(local.earliest_version())] == \
-        [c.version for c in local.changes(local.earliest_version())]
+        r, loc = remote.snapshot(version), local.snapshot(version)
+        assert sorted(r.files().column("path").to_pylist()) == sorted(loc.files().column("path").to_pylist())
+        assert r.metadata == loc.metadata
+    assert [c.version for c in remote.changes(local.earliest_version())] == [
+        c.version for c in local.changes(local.earliest_version())
+    ]
 
 
 def test_local_io_errors_that_may_pass_are_unavailable_not_missing(tmp_path, monkeypatch):

@@ -13,7 +13,8 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import httpx
 import orjson
@@ -23,8 +24,14 @@ from deltaport.client.profile import BASIC, BEARER, OAUTH, DeltaSharingProfile
 from deltaport.client.retry import RetryPolicy, call_with_retries
 from deltaport.errors import Unauthenticated
 
-__all__ = ["AuthProvider", "BearerTokenAuth", "OAuthClientCredentials", "BasicAuth", "auth_for_profile",
-           "clear_oauth_cache"]
+__all__ = [
+    "AuthProvider",
+    "BearerTokenAuth",
+    "OAuthClientCredentials",
+    "BasicAuth",
+    "auth_for_profile",
+    "clear_oauth_cache",
+]
 
 #: refresh an OAuth token when less than this much of its life is left (capped at half its life)
 REFRESH_BEFORE_SECONDS = 600
@@ -43,8 +50,14 @@ class AuthProvider(Protocol):
 class BearerTokenAuth:
     """A fixed bearer token, refused locally once the profile's ``expirationTime`` has passed."""
 
-    def __init__(self, token: str, expiration_ms: int | None = None, *, expiration_text: str | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        token: str,
+        expiration_ms: int | None = None,
+        *,
+        expiration_text: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._token = token
         self._expiration_ms = expiration_ms
         self._expiration_text = expiration_text
@@ -53,8 +66,10 @@ class BearerTokenAuth:
     def check(self) -> None:
         if self._expiration_ms is not None and self._clock() * 1000 >= self._expiration_ms:
             when = self._expiration_text or self._expiration_ms
-            raise TokenExpired(f"the bearer token in the profile expired at {when}"
-                               " (the profile's expirationTime); ask the data provider for a new profile file")
+            raise TokenExpired(
+                f"the bearer token in the profile expired at {when}"
+                " (the profile's expirationTime); ask the data provider for a new profile file"
+            )
 
     def headers(self) -> dict[str, str]:
         self.check()
@@ -84,10 +99,19 @@ class OAuthClientCredentials:
     ``access_token`` and ``expires_in`` (seconds, a number or a numeric string).
     """
 
-    def __init__(self, token_endpoint: str, client_id: str, client_secret: str, scope: str | None = None, *,
-                 transport: httpx.BaseTransport | None = None, retry: RetryPolicy | None = None,
-                 clock: Callable[[], float] = time.time, refresh_before: float = REFRESH_BEFORE_SECONDS,
-                 timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        token_endpoint: str,
+        client_id: str,
+        client_secret: str,
+        scope: str | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        retry: RetryPolicy | None = None,
+        clock: Callable[[], float] = time.time,
+        refresh_before: float = REFRESH_BEFORE_SECONDS,
+        timeout: float = 30.0,
+    ) -> None:
         self.token_endpoint = token_endpoint
         self._client_id = client_id
         self._client_secret = client_secret
@@ -122,17 +146,22 @@ class OAuthClientCredentials:
 
         def once() -> httpx.Response:
             with httpx.Client(transport=self._transport, timeout=self._timeout) as http:
-                response = http.post(self.token_endpoint, data=form, headers={
-                    "Authorization": f"Basic {basic}", "Accept": "application/json"})
+                response = http.post(
+                    self.token_endpoint,
+                    data=form,
+                    headers={"Authorization": f"Basic {basic}", "Accept": "application/json"},
+                )
                 response.read()
                 return response
 
         response = call_with_retries(once, self._retry, what=request)
         if response.status_code != 200:
             detail = " ".join(response.text.split())[:300]
-            raise Unauthenticated(f"the OAuth token endpoint {self.token_endpoint} refused the client credentials: "
-                                  f"HTTP {response.status_code} {detail}; check clientId, clientSecret and scope in "
-                                  "the profile")
+            raise Unauthenticated(
+                f"the OAuth token endpoint {self.token_endpoint} refused the client credentials: "
+                f"HTTP {response.status_code} {detail}; check clientId, clientSecret and scope in "
+                "the profile"
+            )
         try:
             body = orjson.loads(response.content)
             token = body["access_token"]
@@ -140,10 +169,14 @@ class OAuthClientCredentials:
             if not isinstance(token, str) or not token:
                 raise ValueError("empty access_token")
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise SharingServerError(response.status_code, "INVALID_TOKEN_RESPONSE",
-                                     f"the OAuth token endpoint {self.token_endpoint} answered without a usable "
-                                     f"access_token/expires_in ({exc})", request=request,
-                                     hint="ask the data provider to check the token endpoint in the profile") from None
+            raise SharingServerError(
+                response.status_code,
+                "INVALID_TOKEN_RESPONSE",
+                f"the OAuth token endpoint {self.token_endpoint} answered without a usable "
+                f"access_token/expires_in ({exc})",
+                request=request,
+                hint="ask the data provider to check the token endpoint in the profile",
+            ) from None
         now = self._clock()
         margin = min(self._refresh_before, expires_in / 2)
         self._token = token
@@ -155,8 +188,12 @@ _oauth_cache: OrderedDict[tuple, OAuthClientCredentials] = OrderedDict()
 _oauth_cache_lock = threading.Lock()
 
 
-def _shared_oauth(profile: DeltaSharingProfile, transport: httpx.BaseTransport | None, retry: RetryPolicy | None,
-                  clock: Callable[[], float]) -> OAuthClientCredentials:
+def _shared_oauth(
+    profile: DeltaSharingProfile,
+    transport: httpx.BaseTransport | None,
+    retry: RetryPolicy | None,
+    clock: Callable[[], float],
+) -> OAuthClientCredentials:
     """One provider per client credential in this process, so its token is fetched once and refreshed
     before expiry however many clients, reads and Spark sessions use the profile.
 
@@ -164,13 +201,20 @@ def _shared_oauth(profile: DeltaSharingProfile, transport: httpx.BaseTransport |
     clock (a token fetched through one transport is not reused through another).
     """
     secret = profile.client_secret or ""
-    key = (profile.token_endpoint or "", profile.client_id or "", hashlib.sha256(secret.encode()).hexdigest(),
-           profile.scope, transport, clock)
+    key = (
+        profile.token_endpoint or "",
+        profile.client_id or "",
+        hashlib.sha256(secret.encode()).hexdigest(),
+        profile.scope,
+        transport,
+        clock,
+    )
     with _oauth_cache_lock:
         provider = _oauth_cache.get(key)
         if provider is None:
-            provider = OAuthClientCredentials(key[0], key[1], secret, profile.scope, transport=transport,
-                                              retry=retry, clock=clock)
+            provider = OAuthClientCredentials(
+                key[0], key[1], secret, profile.scope, transport=transport, retry=retry, clock=clock
+            )
             _oauth_cache[key] = provider
             while len(_oauth_cache) > OAUTH_CACHE_SIZE:
                 _oauth_cache.popitem(last=False)
@@ -185,13 +229,19 @@ def clear_oauth_cache() -> None:
         _oauth_cache.clear()
 
 
-def auth_for_profile(profile: DeltaSharingProfile, *, transport: httpx.BaseTransport | None = None,
-                     retry: RetryPolicy | None = None, clock: Callable[[], float] = time.time) -> AuthProvider:
+def auth_for_profile(
+    profile: DeltaSharingProfile,
+    *,
+    transport: httpx.BaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+    clock: Callable[[], float] = time.time,
+) -> AuthProvider:
     """The credentials of ``profile``; OAuth providers are shared per client credential (see :func:`_shared_oauth`)."""
     kind = profile.auth_type
     if kind == BEARER:
-        return BearerTokenAuth(profile.bearer_token or "", profile.expiration_ms(),
-                               expiration_text=profile.expiration_time, clock=clock)
+        return BearerTokenAuth(
+            profile.bearer_token or "", profile.expiration_ms(), expiration_text=profile.expiration_time, clock=clock
+        )
     if kind == OAUTH:
         return _shared_oauth(profile, transport, retry, clock)
     if kind == BASIC:

@@ -49,8 +49,9 @@ class SharingServerError(DeltaportError):
     method and path (never the query string) and a hint naming the fix.
     """
 
-    def __init__(self, http_status: int, error_code: str, message: str, *, request: str | None = None,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self, http_status: int, error_code: str, message: str, *, request: str | None = None, hint: str | None = None
+    ) -> None:
         self.http_status = http_status
         self.error_code = error_code or "UNKNOWN"
         self.request = request
@@ -66,10 +67,21 @@ class SharingServerError(DeltaportError):
 class IncompleteResponse(SharingServerError):
     """A response ended early or carried an ``endStreamAction.errorMessage``: never a partial result."""
 
-    def __init__(self, message: str, *, error_code: str = "INCOMPLETE_RESPONSE", request: str | None = None,
-                 hint: str | None = None) -> None:
-        super().__init__(200, error_code, message, request=request,
-                         hint=hint or "the result would be partial, so nothing is returned; retry the read")
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_code: str = "INCOMPLETE_RESPONSE",
+        request: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(
+            200,
+            error_code,
+            message,
+            request=request,
+            hint=hint or "the result would be partial, so nothing is returned; retry the read",
+        )
 
 
 class ProfileError(DeltaportError, ValueError):

@@ -14,8 +14,8 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterator, Sequence
 
 import httpx
 import pyarrow as pa
@@ -40,12 +40,22 @@ def default_workers() -> int:
 class FileFetcher:
     """Reads the files of one query; see the module docstring. ``refreshes`` counts refreshes made."""
 
-    def __init__(self, table: TableInfo, *, http: httpx.Client, change: bool = False,
-                 columns: list[str] | None = None, refresher: Refresher | None = None,
-                 max_workers: int | None = None, max_in_flight: int | None = None,
-                 refresh_margin_seconds: float | None = None, min_refresh_interval: float = 1.0,
-                 max_attempts: int = 4, progress: ReadProgress | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        table: TableInfo,
+        *,
+        http: httpx.Client,
+        change: bool = False,
+        columns: list[str] | None = None,
+        refresher: Refresher | None = None,
+        max_workers: int | None = None,
+        max_in_flight: int | None = None,
+        refresh_margin_seconds: float | None = None,
+        min_refresh_interval: float = 1.0,
+        max_attempts: int = 4,
+        progress: ReadProgress | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.table = table
         self.http = http
         self.columns = columns
@@ -85,8 +95,12 @@ class FileFetcher:
                 return latest  # refreshed a moment ago: do not loop on a margin longer than URL lifetimes
             if self.refresher is None:
                 if refused:
-                    raise UrlExpired(f"the presigned URL of file {action.id} was refused and this read has no way to "
-                                     "refresh it; read the table again", http_status=403, file_id=action.id)
+                    raise UrlExpired(
+                        f"the presigned URL of file {action.id} was refused and this read has no way to "
+                        "refresh it; read the table again",
+                        http_status=403,
+                        file_id=action.id,
+                    )
                 return latest
             fresh = list(self.refresher())
             self.refreshes += 1
@@ -94,9 +108,12 @@ class FileFetcher:
             self._listed_at_ms = self._last_refresh * 1000
             self._latest = {f.key: f for f in fresh}
             if action.key not in self._latest:
-                raise IncompleteResponse(f"file {action.id} is no longer part of the table after refreshing its "
-                                         "URL: the table changed during the read", error_code="TABLE_CHANGED",
-                                         hint="read the table again (or pin a version with version=...)")
+                raise IncompleteResponse(
+                    f"file {action.id} is no longer part of the table after refreshing its "
+                    "URL: the table changed during the read",
+                    error_code="TABLE_CHANGED",
+                    hint="read the table again (or pin a version with version=...)",
+                )
             return self._latest[action.key]
 
     def _task(self, action: FileAction) -> pa.Table:
@@ -108,10 +125,13 @@ class FileFetcher:
                 return self._read(current, self.table, columns=self.columns, http=self.http)
             except UrlExpired as exc:
                 if attempt + 1 >= self.max_attempts:
-                    raise UrlExpired(f"the storage refused the presigned URL of file {action.id} {self.max_attempts} "
-                                     "times, fresh URLs included; check that the client's and server's clocks agree "
-                                     "and that the server may read its storage", http_status=exc.http_status,
-                                     file_id=action.id) from exc
+                    raise UrlExpired(
+                        f"the storage refused the presigned URL of file {action.id} {self.max_attempts} "
+                        "times, fresh URLs included; check that the client's and server's clocks agree "
+                        "and that the server may read its storage",
+                        http_status=exc.http_status,
+                        file_id=action.id,
+                    ) from exc
                 current = self._fresh(current, refused=True)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -130,6 +150,7 @@ class FileFetcher:
         pool = ThreadPoolExecutor(max_workers=min(self.max_workers, len(actions)), thread_name_prefix="deltaport-read")
         state = {"rows": 0, "expected": 0}
         try:
+
             def fill() -> None:
                 while len(pending) < self.max_in_flight:
                     if limit is not None and state["rows"] + state["expected"] >= limit:

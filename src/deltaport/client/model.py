@@ -8,16 +8,28 @@ all become a :class:`FileAction`. Unknown fields are ignored; a missing required
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import orjson
 
 from deltaport.client.errors import IncompleteResponse
 from deltaport.protocol.capabilities import DELTA, PARQUET
 
-__all__ = ["Share", "Schema", "Table", "Format", "Protocol", "Metadata", "FileAction", "EndStreamAction",
-           "ResponsePage", "PageParser", "pair_deletion_vector_changes"]
+__all__ = [
+    "Share",
+    "Schema",
+    "Table",
+    "Format",
+    "Protocol",
+    "Metadata",
+    "FileAction",
+    "EndStreamAction",
+    "ResponsePage",
+    "PageParser",
+    "pair_deletion_vector_changes",
+]
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -67,17 +79,21 @@ class Protocol:
     writer_features: tuple[str, ...] | None = None
 
     @classmethod
-    def from_line(cls, obj: Mapping[str, Any]) -> "Protocol":
+    def from_line(cls, obj: Mapping[str, Any]) -> Protocol:
         raw = obj.get("deltaProtocol", obj)
         try:
             reader = raw.get("readerFeatures")
             writer = raw.get("writerFeatures")
-            return cls(int(raw["minReaderVersion"]),
-                       int(raw["minWriterVersion"]) if raw.get("minWriterVersion") is not None else None,
-                       tuple(reader) if reader is not None else None, tuple(writer) if writer is not None else None)
+            return cls(
+                int(raw["minReaderVersion"]),
+                int(raw["minWriterVersion"]) if raw.get("minWriterVersion") is not None else None,
+                tuple(reader) if reader is not None else None,
+                tuple(writer) if writer is not None else None,
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            raise IncompleteResponse(f"the protocol line lacks a valid minReaderVersion ({exc})",
-                                     error_code="MALFORMED_RESPONSE") from None
+            raise IncompleteResponse(
+                f"the protocol line lacks a valid minReaderVersion ({exc})", error_code="MALFORMED_RESPONSE"
+            ) from None
 
     def to_delta(self) -> dict[str, Any]:
         out: dict[str, Any] = {"minReaderVersion": self.min_reader_version}
@@ -107,7 +123,7 @@ class Metadata:
     created_time: int | None = None
 
     @classmethod
-    def from_line(cls, obj: Mapping[str, Any]) -> "Metadata":
+    def from_line(cls, obj: Mapping[str, Any]) -> Metadata:
         raw = obj.get("deltaMetadata", obj)
         try:
             fmt = raw.get("format") or {}
@@ -115,16 +131,22 @@ class Metadata:
             if not isinstance(schema_string, str):
                 raise TypeError("schemaString is not a string")
             return cls(
-                id=raw.get("id"), name=raw.get("name"), description=raw.get("description"),
+                id=raw.get("id"),
+                name=raw.get("name"),
+                description=raw.get("description"),
                 format=Format(fmt.get("provider", "parquet"), dict(fmt.get("options") or {})),
-                schema_string=schema_string, configuration=dict(raw.get("configuration") or {}),
+                schema_string=schema_string,
+                configuration=dict(raw.get("configuration") or {}),
                 partition_columns=tuple(raw.get("partitionColumns") or ()),
-                version=obj.get("version"), size=obj.get("size"), num_files=obj.get("numFiles"),
+                version=obj.get("version"),
+                size=obj.get("size"),
+                num_files=obj.get("numFiles"),
                 created_time=raw.get("createdTime"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
-            raise IncompleteResponse(f"the metaData line lacks a valid schemaString ({exc})",
-                                     error_code="MALFORMED_RESPONSE") from None
+            raise IncompleteResponse(
+                f"the metaData line lacks a valid schemaString ({exc})", error_code="MALFORMED_RESPONSE"
+            ) from None
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -176,12 +198,16 @@ class FileAction:
         return n - int(dv.get("cardinality", 0)) if dv else n
 
     @classmethod
-    def from_parquet_line(cls, kind: str, obj: Mapping[str, Any], *, changes: bool) -> "FileAction":
+    def from_parquet_line(cls, kind: str, obj: Mapping[str, Any], *, changes: bool) -> FileAction:
         try:
             return cls(
-                url=obj["url"], id=obj["id"], size=int(obj["size"]),
-                partition_values=obj.get("partitionValues") or {}, stats=obj.get("stats"),
-                version=obj.get("version"), timestamp=obj.get("timestamp"),
+                url=obj["url"],
+                id=obj["id"],
+                size=int(obj["size"]),
+                partition_values=obj.get("partitionValues") or {},
+                stats=obj.get("stats"),
+                version=obj.get("version"),
+                timestamp=obj.get("timestamp"),
                 change_type=_CHANGE_TYPES.get(kind),
                 expiration_timestamp=obj.get("expirationTimestamp"),
             )
@@ -189,22 +215,28 @@ class FileAction:
             raise IncompleteResponse(f"a '{kind}' line lacks {exc}", error_code="MALFORMED_RESPONSE") from None
 
     @classmethod
-    def from_delta_line(cls, obj: Mapping[str, Any], *, changes: bool) -> "FileAction":
+    def from_delta_line(cls, obj: Mapping[str, Any], *, changes: bool) -> FileAction:
         try:
             single = obj["deltaSingleAction"]
             kind = next(k for k in ("add", "remove", "cdc") if k in single)
             action = single[kind]
             return cls(
-                url=action["path"], id=obj["id"], size=int(action.get("size") or 0),
-                partition_values=action.get("partitionValues") or {}, stats=action.get("stats"),
+                url=action["path"],
+                id=obj["id"],
+                size=int(action.get("size") or 0),
+                partition_values=action.get("partitionValues") or {},
+                stats=action.get("stats"),
                 deletion_vector=action.get("deletionVector") or None,
-                version=obj.get("version"), timestamp=obj.get("timestamp"),
+                version=obj.get("version"),
+                timestamp=obj.get("timestamp"),
                 change_type=_CHANGE_TYPES[kind] if changes or kind != "add" else None,
                 expiration_timestamp=obj.get("expirationTimestamp"),
             )
         except (KeyError, TypeError, ValueError, StopIteration) as exc:
-            raise IncompleteResponse(f"a delta-format file line lacks {exc or 'an add, remove or cdc action'}",
-                                     error_code="MALFORMED_RESPONSE") from None
+            raise IncompleteResponse(
+                f"a delta-format file line lacks {exc or 'an add, remove or cdc action'}",
+                error_code="MALFORMED_RESPONSE",
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -215,9 +247,13 @@ class EndStreamAction:
     error_message: str | None = None
 
     @classmethod
-    def from_line(cls, obj: Mapping[str, Any]) -> "EndStreamAction":
-        return cls(obj.get("refreshToken") or None, obj.get("nextPageToken") or None,
-                   obj.get("minUrlExpirationTimestamp"), obj.get("errorMessage") or None)
+    def from_line(cls, obj: Mapping[str, Any]) -> EndStreamAction:
+        return cls(
+            obj.get("refreshToken") or None,
+            obj.get("nextPageToken") or None,
+            obj.get("minUrlExpirationTimestamp"),
+            obj.get("errorMessage") or None,
+        )
 
 
 # --- one response page ------------------------------------------------------------------------------
@@ -261,7 +297,7 @@ class PageParser:
             raise self._fail(f"line {self.lines} of the response is not JSON: {raw[:80]!r}") from None
         if not isinstance(obj, dict) or len(obj) != 1:
             raise self._fail(f"line {self.lines} of the response is not a single action: {raw[:80]!r}")
-        (kind, body), = obj.items()
+        ((kind, body),) = obj.items()
         if not isinstance(body, dict):
             raise self._fail(f"line {self.lines} ('{kind}') is not a JSON object")
         if kind == "file":
@@ -307,10 +343,18 @@ class PageParser:
         if self.protocol is None or self.metadata is None:
             raise self._fail("the response ended before its protocol and metaData lines", "INCOMPLETE_RESPONSE")
         if expect_end_stream and self.end_stream is None:
-            raise self._fail("the response ended without its endStreamAction line: it was cut short",
-                             "INCOMPLETE_RESPONSE")
-        return ResponsePage(self.protocol, self.metadata, self.format or PARQUET, tuple(self.files),
-                            tuple(self.metadata_changes), self.end_stream, table_version)
+            raise self._fail(
+                "the response ended without its endStreamAction line: it was cut short", "INCOMPLETE_RESPONSE"
+            )
+        return ResponsePage(
+            self.protocol,
+            self.metadata,
+            self.format or PARQUET,
+            tuple(self.files),
+            tuple(self.metadata_changes),
+            self.end_stream,
+            table_version,
+        )
 
 
 def pair_deletion_vector_changes(files: Sequence[FileAction]) -> list[FileAction]:

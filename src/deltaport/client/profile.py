@@ -16,17 +16,24 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Mapping, Union
+from typing import IO, Any, Union
 from urllib.parse import unquote, urlparse
 
 import orjson
 
 from deltaport.client.errors import InvalidTableUrl, ProfileError
 
-__all__ = ["DeltaSharingProfile", "ProfileSource", "read_profile", "parse_url", "parse_table_name",
-           "parse_iso_timestamp"]
+__all__ = [
+    "DeltaSharingProfile",
+    "ProfileSource",
+    "read_profile",
+    "parse_url",
+    "parse_table_name",
+    "parse_iso_timestamp",
+]
 
 CURRENT_VERSION = 2
 BEARER = "bearer_token"
@@ -62,28 +69,35 @@ class DeltaSharingProfile:
         try:
             return parse_iso_timestamp(self.expiration_time)
         except ValueError:
-            raise ProfileError(f"'expirationTime' in the profile is not an ISO-8601 time: {self.expiration_time!r}; "
-                               "use e.g. 2030-01-01T00:00:00Z") from None
+            raise ProfileError(
+                f"'expirationTime' in the profile is not an ISO-8601 time: {self.expiration_time!r}; "
+                "use e.g. 2030-01-01T00:00:00Z"
+            ) from None
 
     @classmethod
-    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> "DeltaSharingProfile":
+    def from_json(cls, data: str | bytes | Mapping[str, Any]) -> DeltaSharingProfile:
         if isinstance(data, (str, bytes, bytearray)):
             try:
                 data = orjson.loads(data)
             except orjson.JSONDecodeError as exc:
-                raise ProfileError(f"the profile is not valid JSON ({exc}); a profile file looks like "
-                                   '{"shareCredentialsVersion": 1, "endpoint": "...", "bearerToken": "..."}') from None
+                raise ProfileError(
+                    f"the profile is not valid JSON ({exc}); a profile file looks like "
+                    '{"shareCredentialsVersion": 1, "endpoint": "...", "bearerToken": "..."}'
+                ) from None
         if not isinstance(data, Mapping):
-            raise ProfileError("the profile must be a JSON object with shareCredentialsVersion, endpoint and "
-                               "credentials")
+            raise ProfileError(
+                "the profile must be a JSON object with shareCredentialsVersion, endpoint and credentials"
+            )
         return _from_mapping(data)
 
 
 def _required(data: Mapping[str, Any], key: str, where: str) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value.strip():
-        raise ProfileError(f"the profile lacks '{key}' ({where}); add it to the profile file or ask the data "
-                           "provider for a complete one")
+        raise ProfileError(
+            f"the profile lacks '{key}' ({where}); add it to the profile file or ask the data "
+            "provider for a complete one"
+        )
     return value.strip()
 
 
@@ -105,8 +119,10 @@ def _from_mapping(data: Mapping[str, Any]) -> DeltaSharingProfile:
     except (TypeError, ValueError):
         raise ProfileError(f"'shareCredentialsVersion' in the profile must be 1 or 2, not {raw_version!r}") from None
     if version > CURRENT_VERSION:
-        raise ProfileError(f"'shareCredentialsVersion' in the profile is {version} which is too new. The current "
-                           f"release supports version {CURRENT_VERSION} and below. Please upgrade to a newer release.")
+        raise ProfileError(
+            f"'shareCredentialsVersion' in the profile is {version} which is too new. The current "
+            f"release supports version {CURRENT_VERSION} and below. Please upgrade to a newer release."
+        )
     if version < 1:
         raise ProfileError(f"'shareCredentialsVersion' in the profile must be 1 or 2, not {version}")
     endpoint = _required(data, "endpoint", "the sharing server URL").rstrip("/")
@@ -118,28 +134,41 @@ def _from_mapping(data: Mapping[str, Any]) -> DeltaSharingProfile:
         if kind != BEARER:
             raise ProfileError(f"a version 1 profile has a bearer token; type {kind!r} needs shareCredentialsVersion 2")
     else:
-        kind = data.get("type")
+        kind = data.get("type")  # type: ignore[assignment]  # checked just below
         if kind is None:
             raise ProfileError(f"a version 2 profile needs 'type': one of {', '.join(_TYPES)}")
         if kind not in _TYPES:
-            raise ProfileError(f"The current release does not supports {kind} type. Please check type: supported "
-                               f"types are {', '.join(_TYPES)}")
+            raise ProfileError(
+                f"The current release does not supports {kind} type. Please check type: supported "
+                f"types are {', '.join(_TYPES)}"
+            )
     if kind == BEARER:
-        profile = DeltaSharingProfile(version, endpoint, bearer_token=_required(data, "bearerToken", "the token"),
-                                      expiration_time=_optional(data, "expirationTime"),
-                                      type=None if version == 1 else BEARER)
+        profile = DeltaSharingProfile(
+            version,
+            endpoint,
+            bearer_token=_required(data, "bearerToken", "the token"),
+            expiration_time=_optional(data, "expirationTime"),
+            type=None if version == 1 else BEARER,
+        )
         profile.expiration_ms()  # validates the format now, not on the first request
         return profile
     if kind == OAUTH:
         return DeltaSharingProfile(
-            version, endpoint, type=OAUTH,
+            version,
+            endpoint,
+            type=OAUTH,
             token_endpoint=_required(data, "tokenEndpoint", "the OAuth token URL").rstrip("/"),
             client_id=_required(data, "clientId", "the OAuth client id"),
             client_secret=_required(data, "clientSecret", "the OAuth client secret"),
             scope=_optional(data, "scope"),
         )
-    return DeltaSharingProfile(version, endpoint, type=BASIC, username=_required(data, "username", "basic auth"),
-                               password=_required(data, "password", "basic auth"))
+    return DeltaSharingProfile(
+        version,
+        endpoint,
+        type=BASIC,
+        username=_required(data, "username", "basic auth"),
+        password=_required(data, "password", "basic auth"),
+    )
 
 
 ProfileSource = Union[str, os.PathLike, IO, Mapping[str, Any], DeltaSharingProfile, bytes]
@@ -171,8 +200,9 @@ def _read_path(path: Path) -> bytes:
     try:
         return path.expanduser().read_bytes()
     except FileNotFoundError:
-        raise ProfileError(f"profile file not found: {path}; pass the path of the .share file the data provider "
-                           "gave you") from None
+        raise ProfileError(
+            f"profile file not found: {path}; pass the path of the .share file the data provider gave you"
+        ) from None
     except OSError as exc:
         raise ProfileError(f"cannot read the profile file {path}: {exc.strerror or exc}") from None
 
@@ -185,8 +215,10 @@ def _read_location(location: str) -> bytes:
         try:
             import fsspec
         except ImportError:
-            raise ProfileError(f"reading the profile from {parsed.scheme}:// needs the 'fsspec' package; or copy "
-                               "the profile to a local file") from None
+            raise ProfileError(
+                f"reading the profile from {parsed.scheme}:// needs the 'fsspec' package; or copy "
+                "the profile to a local file"
+            ) from None
         try:
             with fsspec.open(location, "rb") as fh:
                 return fh.read()
@@ -198,10 +230,17 @@ def _read_location(location: str) -> bytes:
 def _from_attributes(obj: Any) -> DeltaSharingProfile:
     version = obj.share_credentials_version
     body: dict[str, Any] = {"shareCredentialsVersion": version, "endpoint": obj.endpoint}
-    for attr, key in (("type", "type"), ("bearer_token", "bearerToken"), ("expiration_time", "expirationTime"),
-                      ("token_endpoint", "tokenEndpoint"), ("client_id", "clientId"),
-                      ("client_secret", "clientSecret"), ("scope", "scope"), ("username", "username"),
-                      ("password", "password")):
+    for attr, key in (
+        ("type", "type"),
+        ("bearer_token", "bearerToken"),
+        ("expiration_time", "expirationTime"),
+        ("token_endpoint", "tokenEndpoint"),
+        ("client_id", "clientId"),
+        ("client_secret", "clientSecret"),
+        ("scope", "scope"),
+        ("username", "username"),
+        ("password", "password"),
+    ):
         value = getattr(obj, attr, None)
         if value is not None:
             body[key] = value
@@ -217,13 +256,16 @@ def parse_url(url: str) -> tuple[str, str, str, str]:
         raise InvalidTableUrl(f"Invalid 'url': {url!r}; expected a string '<profile-file>#<share>.<schema>.<table>'")
     cut = url.rfind("#")
     if cut < 0:
-        raise InvalidTableUrl(f"Invalid 'url': {url}; expected '<profile-file>#<share>.<schema>.<table>' "
-                              "(the '#' is missing)")
+        raise InvalidTableUrl(
+            f"Invalid 'url': {url}; expected '<profile-file>#<share>.<schema>.<table>' (the '#' is missing)"
+        )
     profile = url[:cut]
-    share, schema, table = _three_parts(url[cut + 1:], url)
+    share, schema, table = _three_parts(url[cut + 1 :], url)
     if not profile:
-        raise InvalidTableUrl(f"Invalid 'url': {url}; the profile file path before '#' is empty, expected "
-                              "'<profile-file>#<share>.<schema>.<table>'")
+        raise InvalidTableUrl(
+            f"Invalid 'url': {url}; the profile file path before '#' is empty, expected "
+            "'<profile-file>#<share>.<schema>.<table>'"
+        )
     return profile, share, schema, table
 
 
@@ -235,8 +277,10 @@ def parse_table_name(name: str) -> tuple[str, str, str]:
 def _three_parts(fragment: str, url: str) -> tuple[str, str, str]:
     parts = fragment.split(".")
     if len(parts) != 3 or not all(parts):
-        raise InvalidTableUrl(f"Invalid 'url': {url}; the table must be named '<share>.<schema>.<table>' with three "
-                              "non-empty parts (names cannot contain '.')")
+        raise InvalidTableUrl(
+            f"Invalid 'url': {url}; the table must be named '<share>.<schema>.<table>' with three "
+            "non-empty parts (names cannot contain '.')"
+        )
     return parts[0], parts[1], parts[2]
 
 

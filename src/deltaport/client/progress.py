@@ -29,18 +29,32 @@ class ReadProgress:
         self._progress: Any = None
         self._task: Any = None
 
-    def __enter__(self) -> "ReadProgress":
+    def __enter__(self) -> ReadProgress:
         if self.enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
 
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                      TransferSpeedColumn(), TextColumn("{task.fields[files]}"), TimeRemainingColumn(),
-                                      console=Console(stderr=True), transient=True)
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TextColumn("{task.fields[files]}"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self._progress.start()
-            self._task = self._progress.add_task(self.description, total=max(self.total_bytes, 1),
-                                                 files=f"0/{self.total_files} files")
+            self._task = self._progress.add_task(
+                self.description, total=max(self.total_bytes, 1), files=f"0/{self.total_files} files"
+            )
         return self
 
     def advance(self, nbytes: int) -> None:

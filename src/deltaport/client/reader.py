@@ -10,7 +10,8 @@ values, and casts every column to exactly the type of :attr:`TableInfo.arrow_sch
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import httpx
 import numpy as np
@@ -40,8 +41,14 @@ def _describe(url: str) -> str:
     return url.split("?", 1)[0]
 
 
-def download(url: str, http: httpx.Client, *, byte_range: tuple[int, int] | None = None,
-             retry: RetryPolicy = DEFAULT_DOWNLOAD_RETRY, file_id: str | None = None) -> bytes:
+def download(
+    url: str,
+    http: httpx.Client,
+    *,
+    byte_range: tuple[int, int] | None = None,
+    retry: RetryPolicy = DEFAULT_DOWNLOAD_RETRY,
+    file_id: str | None = None,
+) -> bytes:
     """GET ``url`` (or ``byte_range`` = (offset, length) of it) with retries on 429/5xx/connection errors.
 
     A refused URL (401/403, or a 400 that says the signature expired) raises :class:`UrlExpired`
@@ -63,19 +70,28 @@ def download(url: str, http: httpx.Client, *, byte_range: tuple[int, int] | None
     if status in (200, 206):
         data = response.content
         if byte_range is not None and status == 200:  # the store ignored Range
-            data = data[byte_range[0]:byte_range[0] + byte_range[1]]
+            data = data[byte_range[0] : byte_range[0] + byte_range[1]]
         return data
     body = response.text[:500] if response.content else ""
     if status in (401, 403) or (status == 400 and any(m in body for m in _EXPIRED_MARKERS)):
-        raise UrlExpired(f"the storage refused the presigned URL of file {file_id or _describe(url)} "
-                         f"(HTTP {status}): it expired or was revoked; the file list must be refreshed",
-                         http_status=status, file_id=file_id)
+        raise UrlExpired(
+            f"the storage refused the presigned URL of file {file_id or _describe(url)} "
+            f"(HTTP {status}): it expired or was revoked; the file list must be refreshed",
+            http_status=status,
+            file_id=file_id,
+        )
     if status == 404:
-        raise FileDownloadError(f"file {_describe(url)} was not found in storage (HTTP 404): the table may have "
-                                "been vacuumed after the file list was made; read the table again",
-                                http_status=404, file_id=file_id)
-    raise FileDownloadError(f"downloading {_describe(url)} failed with HTTP {status}: {' '.join(body.split())[:200]}",
-                            http_status=status, file_id=file_id)
+        raise FileDownloadError(
+            f"file {_describe(url)} was not found in storage (HTTP 404): the table may have "
+            "been vacuumed after the file list was made; read the table again",
+            http_status=404,
+            file_id=file_id,
+        )
+    raise FileDownloadError(
+        f"downloading {_describe(url)} failed with HTTP {status}: {' '.join(body.split())[:200]}",
+        http_status=status,
+        file_id=file_id,
+    )
 
 
 class _OwnClient:
@@ -103,9 +119,12 @@ def _deleted_rows(dv: Mapping[str, Any] | None, http: httpx.Client, file_id: str
         return np.empty(0, dtype=np.uint64)
     descriptor = DeletionVectorDescriptor.from_dict(dv)
     if descriptor.storage_type == "u":
-        raise FileDownloadError("the server sent a deletion vector with a relative path (storageType 'u'); a "
-                                "sharing server must presign it (storageType 'p'): ask the data provider",
-                                http_status=400, file_id=file_id)
+        raise FileDownloadError(
+            "the server sent a deletion vector with a relative path (storageType 'u'); a "
+            "sharing server must presign it (storageType 'p'): ask the data provider",
+            http_status=400,
+            file_id=file_id,
+        )
 
     def read_range(path: str, offset: int, length: int) -> bytes:
         return download(path, http, byte_range=(offset, length), file_id=file_id)
@@ -219,8 +238,15 @@ def _source_name(spec: ColumnSpec, names: Mapping[str, str]) -> str | None:
     return None
 
 
-def _read(action: FileAction, table: TableInfo, columns: Sequence[str] | None, http: httpx.Client | None,
-          *, change: bool, use_threads: bool = True) -> pa.Table:
+def _read(
+    action: FileAction,
+    table: TableInfo,
+    columns: Sequence[str] | None,
+    http: httpx.Client | None,
+    *,
+    change: bool,
+    use_threads: bool = True,
+) -> pa.Table:
     specs = _selected(table, columns)
     with _OwnClient(http) as client:
         data = download(action.url, client, file_id=action.id)
@@ -238,14 +264,16 @@ def _read(action: FileAction, table: TableInfo, columns: Sequence[str] | None, h
             cdf_column = change and action.change_type == "cdf"
             if cdf_column:
                 if "_change_type" not in file_names:
-                    raise FileDownloadError(f"change data file {action.id} has no _change_type column",
-                                            http_status=400, file_id=action.id)
+                    raise FileDownloadError(
+                        f"change data file {action.id} has no _change_type column", http_status=400, file_id=action.id
+                    )
                 to_read.append(file_names["_change_type"])
             data_table = pf.read(columns=to_read, use_threads=use_threads) if to_read else None
             num_rows = data_table.num_rows if data_table is not None else pf.metadata.num_rows
         except (pa.ArrowInvalid, OSError) as exc:
-            raise FileDownloadError(f"file {action.id} is not a readable parquet file ({exc})", http_status=400,
-                                    file_id=action.id) from None
+            raise FileDownloadError(
+                f"file {action.id} is not a readable parquet file ({exc})", http_status=400, file_id=action.id
+            ) from None
         del data, pf
         mask = row_mask(action, num_rows, client)
     if mask is not None:
@@ -256,6 +284,7 @@ def _read(action: FileAction, table: TableInfo, columns: Sequence[str] | None, h
     for spec in specs:
         source = sources[spec.name]
         if source is not None:
+            assert data_table is not None  # a column was found in the file, so the file was read
             arrays.append(conform(data_table.column(source), spec.physical_type, spec.type))
         elif spec.is_partition:
             arrays.append(_partition_column(spec, action, num_rows))
@@ -268,8 +297,11 @@ def _read(action: FileAction, table: TableInfo, columns: Sequence[str] | None, h
             if name not in wanted:
                 continue
             if name == "_change_type":
-                column = (_cast(data_table.column(file_names["_change_type"]).combine_chunks(), pa.string())
-                          if cdf_column else pa.repeat(pa.scalar(action.change_type, pa.string()), num_rows))
+                column = (
+                    _cast(data_table.column(file_names["_change_type"]).combine_chunks(), pa.string())
+                    if cdf_column and data_table is not None
+                    else pa.repeat(pa.scalar(action.change_type, pa.string()), num_rows)
+                )
             elif name == "_commit_version":
                 column = pa.repeat(pa.scalar(action.version, pa.int64()), num_rows)
             else:
@@ -287,13 +319,17 @@ def _partition_column(spec: ColumnSpec, action: FileAction, num_rows: int) -> pa
         value = parse_partition_value(text, spec.type)
         scalar = pa.scalar(value, spec.type)
     except (ValueError, TypeError, pa.ArrowException) as exc:
-        raise FileDownloadError(f"partition value {text!r} of column {spec.name!r} in file {action.id} is not a "
-                                f"valid {spec.type}: {exc}", http_status=400, file_id=action.id) from None
+        raise FileDownloadError(
+            f"partition value {text!r} of column {spec.name!r} in file {action.id} is not a valid {spec.type}: {exc}",
+            http_status=400,
+            file_id=action.id,
+        ) from None
     return pa.repeat(scalar, num_rows)
 
 
-def read_file(action: FileAction, table: TableInfo, *, columns: list[str] | None = None,
-              http: httpx.Client | None = None) -> pa.Table:
+def read_file(
+    action: FileAction, table: TableInfo, *, columns: list[str] | None = None, http: httpx.Client | None = None
+) -> pa.Table:
     """Rows of one data file: logical column names in table-schema order (``columns`` selects a
     subset), deletion vector applied, partition columns filled and typed, every column cast to
     exactly its type in ``table.arrow_schema``.
@@ -306,8 +342,9 @@ def read_file(action: FileAction, table: TableInfo, *, columns: list[str] | None
     return _read(action, table, columns, http, change=False)
 
 
-def read_change_file(action: FileAction, table: TableInfo, *, columns: list[str] | None = None,
-                     http: httpx.Client | None = None) -> pa.Table:
+def read_change_file(
+    action: FileAction, table: TableInfo, *, columns: list[str] | None = None, http: httpx.Client | None = None
+) -> pa.Table:
     """As :func:`read_file`, for a change-feed action, with the table's columns followed by
     ``_change_type`` (string: the file's own column for ``cdf`` files, else ``insert``/``delete``),
     ``_commit_version`` (int64) and ``_commit_timestamp`` (int64, ms): :attr:`TableInfo.change_schema`."""
@@ -322,8 +359,9 @@ def reader_for(change: bool, *, parallel: bool = False) -> Callable[..., pa.Tabl
     if not parallel:
         return read_change_file if change else read_file
 
-    def read(action: FileAction, table: TableInfo, *, columns: list[str] | None = None,
-             http: httpx.Client | None = None) -> pa.Table:
+    def read(
+        action: FileAction, table: TableInfo, *, columns: list[str] | None = None, http: httpx.Client | None = None
+    ) -> pa.Table:
         if change and action.change_type is None:
             raise ValueError("a change-feed action is needed (change_type insert, delete or cdf)")
         return _read(action, table, columns, http, change=change, use_threads=False)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -35,12 +36,21 @@ from deltaport.client.model import (
 from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_table_name, read_profile
 from deltaport.client.retry import RetryPolicy, call_with_retries
 from deltaport.client.schema import TableInfo
-from deltaport.protocol.requests import QueryRequest
 from deltaport.protocol.capabilities import DELTA, HEADER, PARQUET, Capabilities
 from deltaport.protocol.lines import VERSION_HEADER
+from deltaport.protocol.requests import QueryRequest
 
-__all__ = ["RestClient", "QueryOptions", "ChangesOptions", "QueryResult", "MetadataResult", "AUTO", "DELTA",
-           "PARQUET", "capabilities_header"]
+__all__ = [
+    "RestClient",
+    "QueryOptions",
+    "ChangesOptions",
+    "QueryResult",
+    "MetadataResult",
+    "AUTO",
+    "DELTA",
+    "PARQUET",
+    "capabilities_header",
+]
 
 AUTO = "auto"
 READER_FEATURES = "deletionvectors,columnmapping,timestampntz"
@@ -85,9 +95,14 @@ class ChangesOptions:
 
     def params(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        pairs = (("startingVersion", self.starting_version), ("endingVersion", self.ending_version),
-                 ("startingTimestamp", self.starting_timestamp), ("endingTimestamp", self.ending_timestamp),
-                 ("maxFiles", self.max_files), ("pageToken", self.page_token))
+        pairs = (
+            ("startingVersion", self.starting_version),
+            ("endingVersion", self.ending_version),
+            ("startingTimestamp", self.starting_timestamp),
+            ("endingTimestamp", self.ending_timestamp),
+            ("maxFiles", self.max_files),
+            ("pageToken", self.page_token),
+        )
         for key, value in pairs:
             if value is not None:
                 out[key] = str(value)
@@ -132,13 +147,17 @@ _ITEM_STRINGS = ("name", "id", "share", "schema", "shareId")
 
 def _kind(value: Any) -> str:
     return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), "number")
+        type(value), "number"
+    )
 
 
 def _malformed(what: str, problem: str) -> IncompleteResponse:
-    return IncompleteResponse(f"the answer to {what} is malformed: {problem}", error_code="MALFORMED_RESPONSE",
-                              request=what, hint="the server does not follow the Delta Sharing protocol; "
-                                                 "ask the data provider to check it")
+    return IncompleteResponse(
+        f"the answer to {what} is malformed: {problem}",
+        error_code="MALFORMED_RESPONSE",
+        request=what,
+        hint="the server does not follow the Delta Sharing protocol; ask the data provider to check it",
+    )
 
 
 def _object(body: Any, what: str) -> dict[str, Any]:
@@ -181,21 +200,31 @@ class RestClient:
     ``transport`` replaces httpx's network transport (tests, proxies); ``retry`` sets the backoff.
     """
 
-    def __init__(self, profile: ProfileSource, *, transport: httpx.BaseTransport | None = None,
-                 retry: RetryPolicy | None = None, timeout: float = 120.0, auth: AuthProvider | None = None,
-                 user_agent: str | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        profile: ProfileSource,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 120.0,
+        auth: AuthProvider | None = None,
+        user_agent: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.profile: DeltaSharingProfile = read_profile(profile)
         self.retry = retry or RetryPolicy()
         self._auth = auth or auth_for_profile(self.profile, transport=transport, retry=self.retry, clock=clock)
         self._http = httpx.Client(transport=transport, timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)))
-        self._user_agent = user_agent or (f"deltaport/{__version__} httpx/{httpx.__version__} "
-                                          f"Python/{platform.python_version()} System/{platform.system()}")
+        self._user_agent = user_agent or (
+            f"deltaport/{__version__} httpx/{httpx.__version__} "
+            f"Python/{platform.python_version()} System/{platform.system()}"
+        )
         self.endpoint = self.profile.endpoint
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "RestClient":
+    def __enter__(self) -> RestClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -209,14 +238,22 @@ class RestClient:
             headers[HEADER] = capabilities
         return headers
 
-    def _send(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
-              body: bytes | None = None, capabilities: str | None = None,
-              consume: Callable[[httpx.Response], None] | None = None) -> httpx.Response:
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        capabilities: str | None = None,
+        consume: Callable[[httpx.Response], None] | None = None,
+    ) -> httpx.Response:
         """One call with retries. ``consume`` reads a 200 body while it streams (inside the retry)."""
         url = self.endpoint + path
         what = f"{method} {path}"
         reauthenticated = False
         while True:
+
             def once() -> httpx.Response:
                 headers = self._headers(capabilities)
                 if body is not None:
@@ -247,9 +284,12 @@ class RestClient:
         except orjson.JSONDecodeError:
             message = response.text[:300]
         if not code:
-            code = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "RESOURCE_DOES_NOT_EXIST",
-                    429: "TOO_MANY_REQUESTS"}.get(response.status_code,
-                                                  "INTERNAL_ERROR" if response.status_code >= 500 else "BAD_REQUEST")
+            code = {
+                401: "UNAUTHENTICATED",
+                403: "PERMISSION_DENIED",
+                404: "RESOURCE_DOES_NOT_EXIST",
+                429: "TOO_MANY_REQUESTS",
+            }.get(response.status_code, "INTERNAL_ERROR" if response.status_code >= 500 else "BAD_REQUEST")
         return SharingServerError(response.status_code, code, message, request=what)
 
     def _get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
@@ -257,27 +297,42 @@ class RestClient:
         try:
             return orjson.loads(response.content)
         except orjson.JSONDecodeError:
-            raise IncompleteResponse(f"the server answered GET {path} with something that is not JSON",
-                                     error_code="MALFORMED_RESPONSE", request=f"GET {path}") from None
+            raise IncompleteResponse(
+                f"the server answered GET {path} with something that is not JSON",
+                error_code="MALFORMED_RESPONSE",
+                request=f"GET {path}",
+            ) from None
 
     @staticmethod
     def _version(response: httpx.Response, required: bool, what: str) -> int | None:
         raw = response.headers.get(VERSION_HEADER)
         if raw is None:
             if required:
-                raise IncompleteResponse(f"the response has no {VERSION_HEADER} header",
-                                         error_code="MALFORMED_RESPONSE", request=what,
-                                         hint="the server does not follow the Delta Sharing protocol")
+                raise IncompleteResponse(
+                    f"the response has no {VERSION_HEADER} header",
+                    error_code="MALFORMED_RESPONSE",
+                    request=what,
+                    hint="the server does not follow the Delta Sharing protocol",
+                )
             return None
         try:
             return int(raw)
         except ValueError:
-            raise IncompleteResponse(f"the {VERSION_HEADER} header is not a number: {raw!r}",
-                                     error_code="MALFORMED_RESPONSE", request=what) from None
+            raise IncompleteResponse(
+                f"the {VERSION_HEADER} header is not a number: {raw!r}", error_code="MALFORMED_RESPONSE", request=what
+            ) from None
 
-    def _ndjson(self, method: str, path: str, *, changes: bool, capabilities: str,
-                params: Mapping[str, str] | None = None, body: bytes | None = None,
-                end_stream_required: bool = False) -> ResponsePage:
+    def _ndjson(
+        self,
+        method: str,
+        path: str,
+        *,
+        changes: bool,
+        capabilities: str,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        end_stream_required: bool = False,
+    ) -> ResponsePage:
         what = f"{method} {path}"
         state: dict[str, PageParser] = {}
 
@@ -327,8 +382,9 @@ class RestClient:
             raise _malformed(f"GET {path}", f"'nextPageToken' is a JSON {_kind(token)}, not a string")
         return items, token or None
 
-    def list_shares(self, *, max_results: int | None = None,
-                    page_token: str | None = None) -> tuple[list[Share], str | None]:
+    def list_shares(
+        self, *, max_results: int | None = None, page_token: str | None = None
+    ) -> tuple[list[Share], str | None]:
         items, token = self._listing("/shares", self._page_params(max_results, page_token))
         return [Share(i["name"], i.get("id")) for i in items], token
 
@@ -337,28 +393,37 @@ class RestClient:
         item = _named(_object(self._get_json(path), f"GET {path}").get("share"), f"GET {path}", "'share'")
         return Share(item["name"], item.get("id"))
 
-    def list_schemas(self, share: Share | str, *, max_results: int | None = None,
-                     page_token: str | None = None) -> tuple[list[Schema], str | None]:
+    def list_schemas(
+        self, share: Share | str, *, max_results: int | None = None, page_token: str | None = None
+    ) -> tuple[list[Schema], str | None]:
         name = share if isinstance(share, str) else share.name
         items, token = self._listing(f"/shares/{_q(name)}/schemas", self._page_params(max_results, page_token))
         return [Schema(i["name"], i.get("share") or name) for i in items], token
 
-    def list_tables(self, schema: Schema, *, max_results: int | None = None,
-                    page_token: str | None = None) -> tuple[list[Table], str | None]:
-        items, token = self._listing(f"/shares/{_q(schema.share)}/schemas/{_q(schema.name)}/tables",
-                                     self._page_params(max_results, page_token))
+    def list_tables(
+        self, schema: Schema, *, max_results: int | None = None, page_token: str | None = None
+    ) -> tuple[list[Table], str | None]:
+        items, token = self._listing(
+            f"/shares/{_q(schema.share)}/schemas/{_q(schema.name)}/tables", self._page_params(max_results, page_token)
+        )
         return [self._table_item(i, schema.share, schema.name) for i in items], token
 
-    def list_all_tables(self, share: Share | str, *, max_results: int | None = None,
-                        page_token: str | None = None) -> tuple[list[Table], str | None]:
+    def list_all_tables(
+        self, share: Share | str, *, max_results: int | None = None, page_token: str | None = None
+    ) -> tuple[list[Table], str | None]:
         name = share if isinstance(share, str) else share.name
         items, token = self._listing(f"/shares/{_q(name)}/all-tables", self._page_params(max_results, page_token))
         return [self._table_item(i, name, None) for i in items], token
 
     @staticmethod
     def _table_item(item: Mapping[str, Any], share: str, schema: str | None) -> Table:
-        return Table(item["name"], item.get("share") or share, item.get("schema") or schema or "", item.get("id"),
-                     item.get("shareId"))
+        return Table(
+            item["name"],
+            item.get("share") or share,
+            item.get("schema") or schema or "",
+            item.get("id"),
+            item.get("shareId"),
+        )
 
     @staticmethod
     def iterate(call: Callable[..., tuple[list, str | None]], *args: Any) -> Iterator[Any]:
@@ -386,43 +451,77 @@ class RestClient:
         response = self._send("GET", path, params=params)
         return self._version(response, True, f"GET {path}")  # type: ignore[return-value]
 
-    def metadata(self, table: Table | str, *, version: int | None = None, timestamp: str | None = None,
-                 response_format: str = AUTO) -> MetadataResult:
+    def metadata(
+        self,
+        table: Table | str,
+        *,
+        version: int | None = None,
+        timestamp: str | None = None,
+        response_format: str = AUTO,
+    ) -> MetadataResult:
         params = {}
         if version is not None:
             params["version"] = str(version)
         if timestamp is not None:
             params["timestamp"] = timestamp
-        page = self._ndjson("GET", self._table_path(table) + "/metadata", changes=False, params=params,
-                            capabilities=capabilities_header(response_format, end_stream=False))
+        page = self._ndjson(
+            "GET",
+            self._table_path(table) + "/metadata",
+            changes=False,
+            params=params,
+            capabilities=capabilities_header(response_format, end_stream=False),
+        )
         return MetadataResult(page.protocol, page.metadata, page.format, page.table_version)
 
-    def query_table(self, table: Table | str, options: QueryOptions = QueryOptions(), *,
-                    response_format: str = AUTO, follow_pages: bool = True) -> QueryResult:
+    def query_table(
+        self,
+        table: Table | str,
+        options: QueryOptions = QueryOptions(),
+        *,
+        response_format: str = AUTO,
+        follow_pages: bool = True,
+    ) -> QueryResult:
         """``POST .../query``; with ``follow_pages`` every page (``options.max_files`` per page) is fetched."""
         path = self._table_path(table) + "/query"
         changes = options.starting_version is not None
 
         def page(opts: QueryOptions) -> ResponsePage:
             required = opts.max_files is not None or opts.include_refresh_token
-            return self._ndjson("POST", path, changes=changes, capabilities=capabilities_header(response_format),
-                                body=opts.to_body(), end_stream_required=required)
+            return self._ndjson(
+                "POST",
+                path,
+                changes=changes,
+                capabilities=capabilities_header(response_format),
+                body=opts.to_body(),
+                end_stream_required=required,
+            )
 
         def next_options(opts: QueryOptions, token: str) -> QueryOptions:
             return replace(opts, page_token=token, include_refresh_token=False, refresh_token=None)
 
         return self._all_pages(page, options, next_options, follow_pages, changes, f"POST {path}")
 
-    def query_changes(self, table: Table | str, options: ChangesOptions = ChangesOptions(), *,
-                      response_format: str = AUTO, follow_pages: bool = True) -> QueryResult:
+    def query_changes(
+        self,
+        table: Table | str,
+        options: ChangesOptions = ChangesOptions(),
+        *,
+        response_format: str = AUTO,
+        follow_pages: bool = True,
+    ) -> QueryResult:
         """``GET .../changes``; add/remove pairs that differ by deletion vector are marked (see
         :func:`~deltaport.client.model.pair_deletion_vector_changes`)."""
         path = self._table_path(table) + "/changes"
 
         def page(opts: ChangesOptions) -> ResponsePage:
-            return self._ndjson("GET", path, changes=True, params=opts.params(),
-                                capabilities=capabilities_header(response_format),
-                                end_stream_required=opts.max_files is not None)
+            return self._ndjson(
+                "GET",
+                path,
+                changes=True,
+                params=opts.params(),
+                capabilities=capabilities_header(response_format),
+                end_stream_required=opts.max_files is not None,
+            )
 
         def next_options(opts: ChangesOptions, token: str) -> ChangesOptions:
             return replace(opts, page_token=token)
@@ -430,8 +529,15 @@ class RestClient:
         result = self._all_pages(page, options, next_options, follow_pages, True, f"GET {path}")
         return replace(result, files=tuple(pair_deletion_vector_changes(result.files)))
 
-    def _all_pages(self, page: Callable[[Any], ResponsePage], options: Any, next_options: Callable[[Any, str], Any],
-                   follow_pages: bool, changes: bool, what: str) -> QueryResult:
+    def _all_pages(
+        self,
+        page: Callable[[Any], ResponsePage],
+        options: Any,
+        next_options: Callable[[Any, str], Any],
+        follow_pages: bool,
+        changes: bool,
+        what: str,
+    ) -> QueryResult:
         first = page(options)
         files = list(first.files)
         metadata_changes = list(first.metadata_changes)
@@ -442,15 +548,20 @@ class RestClient:
         while follow_pages and end is not None and end.next_page_token:
             token = end.next_page_token
             if token in seen or pages >= MAX_PAGES:
-                raise IncompleteResponse("the server repeated a page token", error_code="MALFORMED_RESPONSE",
-                                         request=what)
+                raise IncompleteResponse(
+                    "the server repeated a page token", error_code="MALFORMED_RESPONSE", request=what
+                )
             seen.add(token)
             options = next_options(options, token)
             nxt = page(options)
             if nxt.format != first.format or (not changes and nxt.table_version != first.table_version):
-                raise IncompleteResponse(f"page {pages + 1} describes another table version or format "
-                                         f"({nxt.table_version}/{nxt.format}, first page {first.table_version}/"
-                                         f"{first.format})", error_code="INCONSISTENT_PAGES", request=what)
+                raise IncompleteResponse(
+                    f"page {pages + 1} describes another table version or format "
+                    f"({nxt.table_version}/{nxt.format}, first page {first.table_version}/"
+                    f"{first.format})",
+                    error_code="INCONSISTENT_PAGES",
+                    request=what,
+                )
             if nxt.end_stream is None:
                 raise IncompleteResponse(f"page {pages + 1} ended without its endStreamAction", request=what)
             files.extend(nxt.files)
@@ -460,5 +571,14 @@ class RestClient:
                 min_expiry = min(min_expiry or end.min_url_expiration_timestamp, end.min_url_expiration_timestamp)
             pages += 1
         refresh = first.end_stream.refresh_token if first.end_stream else None
-        return QueryResult(first.protocol, first.metadata, first.format, tuple(files), first.table_version,
-                           refresh, pages, tuple(metadata_changes), min_expiry)
+        return QueryResult(
+            first.protocol,
+            first.metadata,
+            first.format,
+            tuple(files),
+            first.table_version,
+            refresh,
+            pages,
+            tuple(metadata_changes),
+            min_expiry,
+        )

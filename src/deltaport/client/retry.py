@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import httpx
 
@@ -32,7 +33,7 @@ class RetryPolicy:
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
 
     def delay(self, attempt: int, response: httpx.Response | None = None) -> float:
-        wait = min(self.max_backoff, self.initial_backoff * self.multiplier ** attempt)
+        wait = min(self.max_backoff, self.initial_backoff * self.multiplier**attempt)
         if response is not None:
             after = response.headers.get("Retry-After")
             if after and after.strip().isdigit():
@@ -43,8 +44,13 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(max_retries=0)
 
 
-def call_with_retries(fn: Callable[[], httpx.Response], policy: RetryPolicy, *, what: str,
-                      on_retry: Callable[[int, str], None] | None = None) -> httpx.Response:
+def call_with_retries(
+    fn: Callable[[], httpx.Response],
+    policy: RetryPolicy,
+    *,
+    what: str,
+    on_retry: Callable[[int, str], None] | None = None,
+) -> httpx.Response:
     """Call ``fn`` until it returns a response whose status is not retryable, or retries run out.
 
     ``fn`` must read (or close) the body of any response it returns. Connection errors (any
@@ -58,9 +64,11 @@ def call_with_retries(fn: Callable[[], httpx.Response], policy: RetryPolicy, *, 
             response = fn()
         except httpx.TransportError as exc:
             if attempt >= policy.max_retries:
-                raise ConnectionFailed(f"could not complete {what} after {attempt + 1} attempt(s): "
-                                       f"{type(exc).__name__}: {exc or 'connection error'}; check the endpoint "
-                                       "and the network") from exc
+                raise ConnectionFailed(
+                    f"could not complete {what} after {attempt + 1} attempt(s): "
+                    f"{type(exc).__name__}: {exc or 'connection error'}; check the endpoint "
+                    "and the network"
+                ) from exc
             if on_retry is not None:
                 on_retry(attempt, type(exc).__name__)
             policy.sleep(policy.delay(attempt))

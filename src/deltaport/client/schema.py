@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -21,8 +22,14 @@ import pyarrow as pa
 from deltaport.client.model import Metadata, Protocol
 from deltaport.errors import UnsupportedTableFeature
 
-__all__ = ["TableInfo", "ColumnSpec", "delta_to_arrow", "parse_partition_value", "CHANGE_COLUMNS",
-           "SUPPORTED_READER_FEATURES"]
+__all__ = [
+    "TableInfo",
+    "ColumnSpec",
+    "delta_to_arrow",
+    "parse_partition_value",
+    "CHANGE_COLUMNS",
+    "SUPPORTED_READER_FEATURES",
+]
 
 PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 COLUMN_MAPPING_MODE_KEY = "delta.columnMapping.mode"
@@ -33,18 +40,48 @@ NTZ_US = pa.timestamp("us")
 CHANGE_COLUMNS = (("_change_type", pa.string()), ("_commit_version", pa.int64()), ("_commit_timestamp", pa.int64()))
 
 #: reader features this client reads (others make the table unreadable, and are named in the error)
-SUPPORTED_READER_FEATURES = frozenset({
-    "deletionVectors", "columnMapping", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
-    "typeWidening", "typeWidening-preview", "domainMetadata", "rowTracking", "checkpointProtection",
-    "inCommitTimestamp", "changeDataFeed", "appendOnly", "invariants", "checkConstraints",
-    "generatedColumns", "identityColumns", "icebergCompatV1", "icebergCompatV2",
-    "materializePartitionColumns", "clustering", "allowColumnDefaults",
-})
+SUPPORTED_READER_FEATURES = frozenset(
+    {
+        "deletionVectors",
+        "columnMapping",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+        "domainMetadata",
+        "rowTracking",
+        "checkpointProtection",
+        "inCommitTimestamp",
+        "changeDataFeed",
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "generatedColumns",
+        "identityColumns",
+        "icebergCompatV1",
+        "icebergCompatV2",
+        "materializePartitionColumns",
+        "clustering",
+        "allowColumnDefaults",
+    }
+)
 
 _PRIMITIVES: dict[str, pa.DataType] = {
-    "string": pa.string(), "long": pa.int64(), "integer": pa.int32(), "int": pa.int32(), "short": pa.int16(),
-    "byte": pa.int8(), "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_(),
-    "binary": pa.binary(), "date": pa.date32(), "timestamp": UTC_US, "timestamp_ntz": NTZ_US, "void": pa.null(),
+    "string": pa.string(),
+    "long": pa.int64(),
+    "integer": pa.int32(),
+    "int": pa.int32(),
+    "short": pa.int16(),
+    "byte": pa.int8(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": UTC_US,
+    "timestamp_ntz": NTZ_US,
+    "void": pa.null(),
 }
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 
@@ -63,9 +100,11 @@ def delta_to_arrow(delta_type: Any, *, mapping: bool = False) -> tuple[pa.DataTy
             precision, scale = int(m.group(1)), int(m.group(2))
             t = pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
             return t, t
-        raise UnsupportedTableFeature(f"the table has a column of type {delta_type!r}, which this client cannot "
-                                      "read; ask the data provider to share a view without it",
-                                      features=[delta_type])
+        raise UnsupportedTableFeature(
+            f"the table has a column of type {delta_type!r}, which this client cannot "
+            "read; ask the data provider to share a view without it",
+            features=[delta_type],
+        )
     if not isinstance(delta_type, Mapping) or "type" not in delta_type:
         raise UnsupportedTableFeature(f"cannot read the Delta type {delta_type!r}")
     kind = delta_type["type"]
@@ -86,8 +125,9 @@ def delta_to_arrow(delta_type: Any, *, mapping: bool = False) -> tuple[pa.DataTy
         lv, pv = delta_to_arrow(delta_type["valueType"], mapping=mapping)
         nullable = bool(delta_type.get("valueContainsNull", True))
         return (pa.map_(lk, pa.field("value", lv, nullable)), pa.map_(pk, pa.field("value", pv, nullable)))
-    raise UnsupportedTableFeature(f"the table has a column of type {kind!r}, which this client cannot read",
-                                  features=[str(kind)])
+    raise UnsupportedTableFeature(
+        f"the table has a column of type {kind!r}, which this client cannot read", features=[str(kind)]
+    )
 
 
 def _physical_name(f: Mapping[str, Any], mapping: bool) -> str:
@@ -125,8 +165,9 @@ class TableInfo:
     protocol: Protocol
 
     @classmethod
-    def from_metadata(cls, metadata: Metadata, protocol: Protocol, *, format: str,
-                      version: int | None = None) -> "TableInfo":
+    def from_metadata(
+        cls, metadata: Metadata, protocol: Protocol, *, format: str, version: int | None = None
+    ) -> TableInfo:
         check_reader_features(protocol)
         try:
             schema_json = orjson.loads(metadata.schema_string or "")
@@ -139,8 +180,16 @@ class TableInfo:
         columns = []
         for f in schema_json.get("fields", ()):
             logical, physical = delta_to_arrow(f["type"], mapping=mapping)
-            columns.append(ColumnSpec(f["name"], _physical_name(f, mapping), logical, physical,
-                                      bool(f.get("nullable", True)), f["name"].lower() in lowered))
+            columns.append(
+                ColumnSpec(
+                    f["name"],
+                    _physical_name(f, mapping),
+                    logical,
+                    physical,
+                    bool(f.get("nullable", True)),
+                    f["name"].lower() in lowered,
+                )
+            )
         missing = lowered - {c.name.lower() for c in columns}
         if missing:
             raise UnsupportedTableFeature(f"partition column(s) {sorted(missing)} are not in the table schema")
@@ -170,18 +219,23 @@ def check_reader_features(protocol: Protocol) -> None:
     features = set(protocol.reader_features or ())
     unsupported = sorted(features - SUPPORTED_READER_FEATURES)
     if unsupported:
-        raise UnsupportedTableFeature(f"the table uses reader feature(s) {', '.join(unsupported)} that this client "
-                                      "cannot read; ask the data provider to share a copy without them",
-                                      features=unsupported)
+        raise UnsupportedTableFeature(
+            f"the table uses reader feature(s) {', '.join(unsupported)} that this client "
+            "cannot read; ask the data provider to share a copy without them",
+            features=unsupported,
+        )
     if protocol.reader_features is None and protocol.min_reader_version > 3:
-        raise UnsupportedTableFeature(f"the table needs reader version {protocol.min_reader_version}; this client "
-                                      "reads versions up to 3")
+        raise UnsupportedTableFeature(
+            f"the table needs reader version {protocol.min_reader_version}; this client reads versions up to 3"
+        )
 
 
 # --- partition values --------------------------------------------------------------------------------
 
-_TS = re.compile(r"^(\d{4,})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d{1,9}))?)?)?"
-                 r"\s*(Z|[+-]\d{2}(?::?\d{2})?)?$")
+_TS = re.compile(
+    r"^(\d{4,})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d{1,9}))?)?)?"
+    r"\s*(Z|[+-]\d{2}(?::?\d{2})?)?$"
+)
 
 
 def _parse_timestamp(text: str, *, utc: bool) -> dt.datetime:
@@ -198,7 +252,7 @@ def _parse_timestamp(text: str, *, utc: bool) -> dt.datetime:
             sign = -1 if zone[0] == "-" else 1
             digits = zone[1:].replace(":", "")
             offset = sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:4] or 0))
-        value = (value - offset)  # now in UTC, naive
+        value = value - offset  # now in UTC, naive
     if utc:
         return value.replace(tzinfo=dt.timezone.utc)
     return value

@@ -10,8 +10,9 @@ by default a quarter of their lifetime, at most 30 s),
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import httpx
 import pyarrow as pa
@@ -35,10 +36,20 @@ from deltaport.client.schema import TableInfo
 from deltaport.client.transport import file_http_client
 
 __all__ = [
-    "SharingClient", "load_as_pandas", "load_as_arrow", "load_as_polars", "load_as_arrow_reader",
-    "load_table_changes_as_pandas", "load_table_changes_as_arrow", "load_table_changes_as_polars",
-    "load_as_spark", "load_table_changes_as_spark", "get_table_version", "get_table_metadata",
-    "get_table_protocol", "ReadOptions",
+    "SharingClient",
+    "load_as_pandas",
+    "load_as_arrow",
+    "load_as_polars",
+    "load_as_arrow_reader",
+    "load_table_changes_as_pandas",
+    "load_table_changes_as_arrow",
+    "load_table_changes_as_polars",
+    "load_as_spark",
+    "load_table_changes_as_spark",
+    "get_table_version",
+    "get_table_metadata",
+    "get_table_protocol",
+    "ReadOptions",
 ]
 
 
@@ -58,8 +69,9 @@ class ReadOptions:
 class SharingClient:
     """Lists what a recipient can read. ``profile``: a path, open file, dict or profile object."""
 
-    def __init__(self, profile: ProfileSource, *, transport: httpx.BaseTransport | None = None,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, profile: ProfileSource, *, transport: httpx.BaseTransport | None = None, retry: RetryPolicy | None = None
+    ) -> None:
         self._profile = read_profile(profile)
         self._rest = RestClient(self._profile, transport=transport, retry=retry)
 
@@ -70,7 +82,7 @@ class SharingClient:
     def close(self) -> None:
         self._rest.close()
 
-    def __enter__(self) -> "SharingClient":
+    def __enter__(self) -> SharingClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -141,13 +153,32 @@ class _Read:
 
         return result.table_info(), result, refresher
 
-    def tables(self, info: TableInfo, files: Sequence[FileAction], refresher: Any, *, change: bool,
-               limit: int | None = None, columns: list[str] | None = None) -> Iterator[pa.Table]:
-        progress = ReadProgress(total_bytes=sum(f.size for f in files), total_files=len(files),
-                                description=f"reading {self.table.full_name}", enabled=self.opts.progress)
-        fetcher = FileFetcher(info, http=self.http, change=change, columns=columns, refresher=refresher,
-                              max_workers=self.opts.max_workers, progress=progress,
-                              refresh_margin_seconds=self.opts.refresh_margin_seconds)
+    def tables(
+        self,
+        info: TableInfo,
+        files: Sequence[FileAction],
+        refresher: Any,
+        *,
+        change: bool,
+        limit: int | None = None,
+        columns: list[str] | None = None,
+    ) -> Iterator[pa.Table]:
+        progress = ReadProgress(
+            total_bytes=sum(f.size for f in files),
+            total_files=len(files),
+            description=f"reading {self.table.full_name}",
+            enabled=self.opts.progress,
+        )
+        fetcher = FileFetcher(
+            info,
+            http=self.http,
+            change=change,
+            columns=columns,
+            refresher=refresher,
+            max_workers=self.opts.max_workers,
+            progress=progress,
+            refresh_margin_seconds=self.opts.refresh_margin_seconds,
+        )
         with progress:
             yield from fetcher.tables(files, limit=limit)
 
@@ -155,8 +186,14 @@ class _Read:
 def _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry) -> ReadOptions:
     if max_files is not None and (not isinstance(max_files, int) or max_files <= 0):
         raise ValueError(f"max_files must be a positive int, not {max_files!r}")
-    return ReadOptions(max_files, max_workers, progress,
-                       None if refresh_margin_seconds is None else float(refresh_margin_seconds), transport, retry)
+    return ReadOptions(
+        max_files,
+        max_workers,
+        progress,
+        None if refresh_margin_seconds is None else float(refresh_margin_seconds),
+        transport,
+        retry,
+    )
 
 
 def _check_limit(limit: int | None) -> None:
@@ -182,24 +219,36 @@ def _to_pandas(tables: list[pa.Table], schema: pa.Schema, convert_in_batches: bo
     return table.to_pandas(**kwargs)  # self_destruct would lower peak memory but doubles the time here
 
 
-def _snapshot_tables(url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts,
-                     columns=None) -> tuple[TableInfo, list[pa.Table]]:
+def _snapshot_tables(
+    url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts, columns=None
+) -> tuple[TableInfo, list[pa.Table]]:
     _check_limit(limit)
     read = _Read(url, opts)
     try:
-        query = QueryOptions(json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version,
-                             timestamp=timestamp)
+        query = QueryOptions(
+            json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version, timestamp=timestamp
+        )
         info, result, refresher = read.snapshot(query, response_format_arg(use_delta_format))
         return info, list(read.tables(info, result.files, refresher, change=False, limit=limit, columns=columns))
     finally:
         read.close()
 
 
-def load_as_arrow(url: str, limit: int | None = None, version: int | None = None, timestamp: str | None = None,
-                  jsonPredicateHints: str | None = None, use_delta_format: bool | None = None, *,
-                  max_files: int | None = None, max_workers: int | None = None, progress: bool | None = None,
-                  refresh_margin_seconds: float | None = None, transport: httpx.BaseTransport | None = None,
-                  retry: RetryPolicy | None = None) -> pa.Table:
+def load_as_arrow(
+    url: str,
+    limit: int | None = None,
+    version: int | None = None,
+    timestamp: str | None = None,
+    jsonPredicateHints: str | None = None,
+    use_delta_format: bool | None = None,
+    *,
+    max_files: int | None = None,
+    max_workers: int | None = None,
+    progress: bool | None = None,
+    refresh_margin_seconds: float | None = None,
+    transport: httpx.BaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+) -> pa.Table:
     """The shared table (or ``limit`` rows of it, at ``version``/``timestamp``) as a ``pyarrow.Table``.
 
     ``use_delta_format``: None lets the server choose (this client reads both formats natively),
@@ -210,12 +259,22 @@ def load_as_arrow(url: str, limit: int | None = None, version: int | None = None
     return _concat(tables, info.arrow_schema)
 
 
-def load_as_pandas(url: str, limit: int | None = None, version: int | None = None, timestamp: str | None = None,
-                   jsonPredicateHints: str | None = None, use_delta_format: bool | None = None,
-                   convert_in_batches: bool = False, *, max_files: int | None = None,
-                   max_workers: int | None = None, progress: bool | None = None,
-                   refresh_margin_seconds: float | None = None, transport: httpx.BaseTransport | None = None,
-                   retry: RetryPolicy | None = None):
+def load_as_pandas(
+    url: str,
+    limit: int | None = None,
+    version: int | None = None,
+    timestamp: str | None = None,
+    jsonPredicateHints: str | None = None,
+    use_delta_format: bool | None = None,
+    convert_in_batches: bool = False,
+    *,
+    max_files: int | None = None,
+    max_workers: int | None = None,
+    progress: bool | None = None,
+    refresh_margin_seconds: float | None = None,
+    transport: httpx.BaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+):
     """The shared table as a pandas DataFrame (dates as ``datetime.date``, timestamps in UTC).
 
     ``convert_in_batches`` converts file by file, lowering peak memory.
@@ -225,36 +284,57 @@ def load_as_pandas(url: str, limit: int | None = None, version: int | None = Non
     return _to_pandas(tables, info.arrow_schema, convert_in_batches)
 
 
-def load_as_polars(url: str, limit: int | None = None, version: int | None = None, timestamp: str | None = None,
-                   jsonPredicateHints: str | None = None, use_delta_format: bool | None = None, **kwargs: Any):
+def load_as_polars(
+    url: str,
+    limit: int | None = None,
+    version: int | None = None,
+    timestamp: str | None = None,
+    jsonPredicateHints: str | None = None,
+    use_delta_format: bool | None = None,
+    **kwargs: Any,
+):
     """The shared table as a polars DataFrame (same keyword extras as :func:`load_as_arrow`)."""
     import polars as pl
 
-    return pl.from_arrow(load_as_arrow(url, limit, version, timestamp, jsonPredicateHints, use_delta_format,
-                                       **kwargs), rechunk=False)
+    return pl.from_arrow(
+        load_as_arrow(url, limit, version, timestamp, jsonPredicateHints, use_delta_format, **kwargs), rechunk=False
+    )
 
 
-def load_as_arrow_reader(url: str, limit: int | None = None, version: int | None = None,
-                         timestamp: str | None = None, jsonPredicateHints: str | None = None,
-                         use_delta_format: bool | None = None, *, columns: list[str] | None = None,
-                         max_files: int | None = None, max_workers: int | None = None,
-                         progress: bool | None = None, refresh_margin_seconds: float | None = None,
-                         transport: httpx.BaseTransport | None = None,
-                         retry: RetryPolicy | None = None) -> pa.RecordBatchReader:
+def load_as_arrow_reader(
+    url: str,
+    limit: int | None = None,
+    version: int | None = None,
+    timestamp: str | None = None,
+    jsonPredicateHints: str | None = None,
+    use_delta_format: bool | None = None,
+    *,
+    columns: list[str] | None = None,
+    max_files: int | None = None,
+    max_workers: int | None = None,
+    progress: bool | None = None,
+    refresh_margin_seconds: float | None = None,
+    transport: httpx.BaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+) -> pa.RecordBatchReader:
     """A streaming ``pyarrow.RecordBatchReader``: files are fetched as batches are consumed, at most
     a few per download thread ahead, so memory stays bounded whatever the table size."""
     _check_limit(limit)
     opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
     read = _Read(url, opts)
     try:
-        query = QueryOptions(json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version,
-                             timestamp=timestamp)
+        query = QueryOptions(
+            json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version, timestamp=timestamp
+        )
         info, result, refresher = read.snapshot(query, response_format_arg(use_delta_format))
     except BaseException:
         read.close()
         raise
-    schema = info.arrow_schema if columns is None else pa.schema(
-        [f for f in info.arrow_schema if f.name in {info.column(c).name for c in columns}])
+    schema = (
+        info.arrow_schema
+        if columns is None
+        else pa.schema([f for f in info.arrow_schema if f.name in {info.column(c).name for c in columns}])
+    )
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
@@ -266,53 +346,88 @@ def load_as_arrow_reader(url: str, limit: int | None = None, version: int | None
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
-def _changes_tables(url, starting_version, ending_version, starting_timestamp, ending_timestamp,
-                    use_delta_format, opts) -> tuple[TableInfo, list[pa.Table]]:
+def _changes_tables(
+    url, starting_version, ending_version, starting_timestamp, ending_timestamp, use_delta_format, opts
+) -> tuple[TableInfo, list[pa.Table]]:
     read = _Read(url, opts)
     try:
-        options = ChangesOptions(starting_version=starting_version, ending_version=ending_version,
-                                 starting_timestamp=starting_timestamp, ending_timestamp=ending_timestamp)
+        options = ChangesOptions(
+            starting_version=starting_version,
+            ending_version=ending_version,
+            starting_timestamp=starting_timestamp,
+            ending_timestamp=ending_timestamp,
+        )
         info, result, refresher = read.changes(options, response_format_arg(use_delta_format))
         return info, list(read.tables(info, result.files, refresher, change=True))
     finally:
         read.close()
 
 
-def load_table_changes_as_arrow(url: str, starting_version: int | None = None, ending_version: int | None = None,
-                                starting_timestamp: str | None = None, ending_timestamp: str | None = None,
-                                use_delta_format: bool | None = None, *, max_files: int | None = None,
-                                max_workers: int | None = None, progress: bool | None = None,
-                                refresh_margin_seconds: float | None = None,
-                                transport: httpx.BaseTransport | None = None,
-                                retry: RetryPolicy | None = None) -> pa.Table:
+def load_table_changes_as_arrow(
+    url: str,
+    starting_version: int | None = None,
+    ending_version: int | None = None,
+    starting_timestamp: str | None = None,
+    ending_timestamp: str | None = None,
+    use_delta_format: bool | None = None,
+    *,
+    max_files: int | None = None,
+    max_workers: int | None = None,
+    progress: bool | None = None,
+    refresh_margin_seconds: float | None = None,
+    transport: httpx.BaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+) -> pa.Table:
     """The change data feed between two versions or timestamps (inclusive): the table's columns plus
     ``_change_type``, ``_commit_version`` (int64) and ``_commit_timestamp`` (int64, ms)."""
     opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
-    info, tables = _changes_tables(url, starting_version, ending_version, starting_timestamp, ending_timestamp,
-                                   use_delta_format, opts)
+    info, tables = _changes_tables(
+        url, starting_version, ending_version, starting_timestamp, ending_timestamp, use_delta_format, opts
+    )
     return _concat(tables, info.change_schema)
 
 
-def load_table_changes_as_pandas(url: str, starting_version: int | None = None, ending_version: int | None = None,
-                                 starting_timestamp: str | None = None, ending_timestamp: str | None = None,
-                                 use_delta_format: bool | None = None, convert_in_batches: bool = False, *,
-                                 max_files: int | None = None, max_workers: int | None = None,
-                                 progress: bool | None = None, refresh_margin_seconds: float | None = None,
-                                 transport: httpx.BaseTransport | None = None, retry: RetryPolicy | None = None):
+def load_table_changes_as_pandas(
+    url: str,
+    starting_version: int | None = None,
+    ending_version: int | None = None,
+    starting_timestamp: str | None = None,
+    ending_timestamp: str | None = None,
+    use_delta_format: bool | None = None,
+    convert_in_batches: bool = False,
+    *,
+    max_files: int | None = None,
+    max_workers: int | None = None,
+    progress: bool | None = None,
+    refresh_margin_seconds: float | None = None,
+    transport: httpx.BaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+):
     """The change data feed as a pandas DataFrame (see :func:`load_table_changes_as_arrow`)."""
     opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
-    info, tables = _changes_tables(url, starting_version, ending_version, starting_timestamp, ending_timestamp,
-                                   use_delta_format, opts)
+    info, tables = _changes_tables(
+        url, starting_version, ending_version, starting_timestamp, ending_timestamp, use_delta_format, opts
+    )
     return _to_pandas(tables, info.change_schema, convert_in_batches)
 
 
-def load_table_changes_as_polars(url: str, starting_version: int | None = None, ending_version: int | None = None,
-                                 starting_timestamp: str | None = None, ending_timestamp: str | None = None,
-                                 use_delta_format: bool | None = None, **kwargs: Any):
+def load_table_changes_as_polars(
+    url: str,
+    starting_version: int | None = None,
+    ending_version: int | None = None,
+    starting_timestamp: str | None = None,
+    ending_timestamp: str | None = None,
+    use_delta_format: bool | None = None,
+    **kwargs: Any,
+):
     import polars as pl
 
-    return pl.from_arrow(load_table_changes_as_arrow(url, starting_version, ending_version, starting_timestamp,
-                                                     ending_timestamp, use_delta_format, **kwargs), rechunk=False)
+    return pl.from_arrow(
+        load_table_changes_as_arrow(
+            url, starting_version, ending_version, starting_timestamp, ending_timestamp, use_delta_format, **kwargs
+        ),
+        rechunk=False,
+    )
 
 
 # --- table facts -----------------------------------------------------------------------------------------
@@ -323,23 +438,38 @@ def _rest(url: str, transport: httpx.BaseTransport | None, retry: RetryPolicy | 
     return RestClient(profile, transport=transport, retry=retry), Table(name, share, schema)
 
 
-def get_table_version(url: str, starting_timestamp: str | None = None, *,
-                      transport: httpx.BaseTransport | None = None, retry: RetryPolicy | None = None) -> int:
+def get_table_version(
+    url: str,
+    starting_timestamp: str | None = None,
+    *,
+    transport: httpx.BaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+) -> int:
     """The table's latest version, or the first version at or after ``starting_timestamp``."""
     rest, table = _rest(url, transport, retry)
     with rest:
         return rest.table_version(table, starting_timestamp)
 
 
-def get_table_metadata(url: str, use_delta_format: bool = True, *, transport: httpx.BaseTransport | None = None,
-                       retry: RetryPolicy | None = None) -> Metadata:
+def get_table_metadata(
+    url: str,
+    use_delta_format: bool = True,
+    *,
+    transport: httpx.BaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+) -> Metadata:
     rest, table = _rest(url, transport, retry)
     with rest:
         return rest.metadata(table, response_format=AUTO if use_delta_format else PARQUET).metadata
 
 
-def get_table_protocol(url: str, use_delta_format: bool = True, *, transport: httpx.BaseTransport | None = None,
-                       retry: RetryPolicy | None = None) -> Protocol:
+def get_table_protocol(
+    url: str,
+    use_delta_format: bool = True,
+    *,
+    transport: httpx.BaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+) -> Protocol:
     rest, table = _rest(url, transport, retry)
     with rest:
         return rest.metadata(table, response_format=AUTO if use_delta_format else PARQUET).protocol
@@ -361,17 +491,28 @@ def _spark_reader(what: str, delta_sharing_profile: DeltaSharingProfile | None, 
         if "#" in url:
             raise ValueError(f"Invalid 'url': {url}; with delta_sharing_profile the url is '<share>.<schema>.<table>'")
         p = delta_sharing_profile
-        for key, value in (("shareCredentialsVersion", p.share_credentials_version), ("type", p.type),
-                           ("endpoint", p.endpoint), ("tokenEndpoint", p.token_endpoint), ("clientId", p.client_id),
-                           ("clientSecret", p.client_secret), ("scope", p.scope), ("bearerToken", p.bearer_token),
-                           ("expirationTime", p.expiration_time)):
+        for key, value in (
+            ("shareCredentialsVersion", p.share_credentials_version),
+            ("type", p.type),
+            ("endpoint", p.endpoint),
+            ("tokenEndpoint", p.token_endpoint),
+            ("clientId", p.client_id),
+            ("clientSecret", p.client_secret),
+            ("scope", p.scope),
+            ("bearerToken", p.bearer_token),
+            ("expirationTime", p.expiration_time),
+        ):
             if value is not None:
                 reader = reader.option(key, str(value))
     return reader
 
 
-def load_as_spark(url: str, version: int | None = None, timestamp: str | None = None,
-                  delta_sharing_profile: DeltaSharingProfile | None = None):
+def load_as_spark(
+    url: str,
+    version: int | None = None,
+    timestamp: str | None = None,
+    delta_sharing_profile: DeltaSharingProfile | None = None,
+):
     """A Spark DataFrame of the shared table, through the ``deltaSharing`` data source of the active session."""
     reader = _spark_reader("load_as_spark", delta_sharing_profile, url)
     if version is not None:
@@ -381,13 +522,22 @@ def load_as_spark(url: str, version: int | None = None, timestamp: str | None = 
     return reader.load(url)
 
 
-def load_table_changes_as_spark(url: str, starting_version: int | None = None, ending_version: int | None = None,
-                                starting_timestamp: str | None = None, ending_timestamp: str | None = None,
-                                delta_sharing_profile: DeltaSharingProfile | None = None):
+def load_table_changes_as_spark(
+    url: str,
+    starting_version: int | None = None,
+    ending_version: int | None = None,
+    starting_timestamp: str | None = None,
+    ending_timestamp: str | None = None,
+    delta_sharing_profile: DeltaSharingProfile | None = None,
+):
     """A Spark DataFrame of the change data feed, through the ``deltaSharing`` data source."""
     reader = _spark_reader("load_table_changes_as_spark", delta_sharing_profile, url).option("readChangeFeed", "true")
-    for key, value in (("startingVersion", starting_version), ("endingVersion", ending_version),
-                       ("startingTimestamp", starting_timestamp), ("endingTimestamp", ending_timestamp)):
+    for key, value in (
+        ("startingVersion", starting_version),
+        ("endingVersion", ending_version),
+        ("startingTimestamp", starting_timestamp),
+        ("endingTimestamp", ending_timestamp),
+    ):
         if value is not None:
             reader = reader.option(key, value)
     return reader.load(url)

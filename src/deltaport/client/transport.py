@@ -15,7 +15,6 @@ configured in the environment for a URL's host it defers to httpx's own transpor
 from __future__ import annotations
 
 import http.client
-import socket
 import ssl
 import threading
 import urllib.request
@@ -41,8 +40,14 @@ def _ssl_context() -> ssl.SSLContext:
 class FileTransport(httpx.BaseTransport):
     """Keep-alive ``http.client`` connections per (scheme, host, port), safe to share between threads."""
 
-    def __init__(self, *, timeout: float = 120.0, connect_timeout: float = 30.0,
-                 max_idle_per_host: int = 32, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        timeout: float = 120.0,
+        connect_timeout: float = 30.0,
+        max_idle_per_host: int = 32,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_idle_per_host = max_idle_per_host
@@ -59,13 +64,14 @@ class FileTransport(httpx.BaseTransport):
         if scheme == "https":
             if self._ssl is None:
                 self._ssl = _ssl_context()
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, port, timeout=self.connect_timeout,
-                                                                           context=self._ssl)
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=self.connect_timeout, context=self._ssl
+            )
         else:
             conn = http.client.HTTPConnection(host, port, timeout=self.connect_timeout)
         try:
             conn.connect()
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
         except OSError as exc:
             raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
@@ -91,7 +97,9 @@ class FileTransport(httpx.BaseTransport):
         scheme = request.url.scheme
         if scheme not in self._proxies and "all" not in self._proxies:
             return False
-        return not urllib.request.proxy_bypass_environment(request.url.host, self._proxies)
+        return not urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]  # in the module, not its stubs
+            request.url.host, self._proxies
+        )
 
     # --- httpx -------------------------------------------------------------------------------------
 
@@ -104,8 +112,11 @@ class FileTransport(httpx.BaseTransport):
         port = request.url.port or (443 if scheme == "https" else 80)
         key = (scheme, request.url.host, port)
         target = request.url.raw_path.decode("ascii")
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
-                   if k.decode("latin-1").lower() not in _SKIP_HEADERS]
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in request.headers.raw
+            if k.decode("latin-1").lower() not in _SKIP_HEADERS
+        ]
         body = request.read() if request.method not in ("GET", "HEAD") else None
         conn = self._take(key)
         reused = conn is not None
@@ -113,8 +124,9 @@ class FileTransport(httpx.BaseTransport):
             if conn is None:
                 conn = self._new(key)
             try:
-                status, reason, response_headers, content, will_close = self._exchange(conn, request.method, target,
-                                                                                       headers, body)
+                status, reason, response_headers, content, will_close = self._exchange(
+                    conn, request.method, target, headers, body
+                )
                 break
             except _STALE as exc:
                 conn.close()
@@ -122,7 +134,7 @@ class FileTransport(httpx.BaseTransport):
                     conn, reused = None, False
                     continue
                 raise httpx.RemoteProtocolError(f"the server closed the connection: {exc}") from exc
-            except socket.timeout as exc:
+            except TimeoutError as exc:
                 conn.close()
                 raise httpx.ReadTimeout(f"reading from {key[1]}:{key[2]} timed out") from exc
             except (http.client.HTTPException, OSError) as exc:
@@ -132,13 +144,18 @@ class FileTransport(httpx.BaseTransport):
             conn.close()
         else:
             self._give(key, conn)
-        return httpx.Response(status, headers=response_headers, stream=httpx.ByteStream(content), request=request,
-                              extensions={"reason_phrase": reason.encode("latin-1", "replace"),
-                                          "http_version": b"HTTP/1.1"})
+        return httpx.Response(
+            status,
+            headers=response_headers,
+            stream=httpx.ByteStream(content),
+            request=request,
+            extensions={"reason_phrase": reason.encode("latin-1", "replace"), "http_version": b"HTTP/1.1"},
+        )
 
     @staticmethod
-    def _exchange(conn: http.client.HTTPConnection, method: str, target: str, headers: list[tuple[str, str]],
-                  body: bytes | None):
+    def _exchange(
+        conn: http.client.HTTPConnection, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None
+    ):
         conn.putrequest(method, target, skip_accept_encoding=True)
         for name, value in headers:
             conn.putheader(name, value)
@@ -159,9 +176,13 @@ class FileTransport(httpx.BaseTransport):
             self._fallback.close()
 
 
-def file_http_client(*, transport: httpx.BaseTransport | None = None, timeout: float = 120.0,
-                     max_connections: int = 32) -> httpx.Client:
+def file_http_client(
+    *, transport: httpx.BaseTransport | None = None, timeout: float = 120.0, max_connections: int = 32
+) -> httpx.Client:
     """An httpx client for presigned file URLs: never carries sharing credentials, follows
     redirects, and uses :class:`FileTransport` unless another ``transport`` is given."""
-    return httpx.Client(transport=transport or FileTransport(timeout=timeout, max_idle_per_host=max_connections),
-                        timeout=httpx.Timeout(timeout, connect=30.0), follow_redirects=True)
+    return httpx.Client(
+        transport=transport or FileTransport(timeout=timeout, max_idle_per_host=max_connections),
+        timeout=httpx.Timeout(timeout, connect=30.0),
+        follow_redirects=True,
+    )

@@ -111,7 +111,7 @@ class Protocol:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Protocol":
+    def from_dict(cls, d: Mapping[str, Any]) -> Protocol:
         rf = d.get("readerFeatures")
         wf = d.get("writerFeatures")
         return cls(
@@ -154,7 +154,7 @@ class Metadata:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Metadata":
+    def from_dict(cls, d: Mapping[str, Any]) -> Metadata:
         fmt = d.get("format") or {}
         return cls(
             id=str(d["id"]),
@@ -193,7 +193,7 @@ class CommitInfo:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "CommitInfo":
+    def from_dict(cls, d: Mapping[str, Any]) -> CommitInfo:
         ts = d.get("timestamp")
         ict = d.get("inCommitTimestamp")
         return cls(

@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from deltaport.delta.arrow_util import np_array, select_rows
 from deltaport.delta.actions import DV_TYPE, TAGS_TYPE, Metadata, Protocol, file_schema
+from deltaport.delta.arrow_util import np_array, select_rows
 from deltaport.delta.commit_json import parse_actions
 from deltaport.delta.log_path import SIDECAR_DIR, LogFile, LogFileKind
 from deltaport.errors import CorruptLog, DeltaportError, ObjectNotFound
@@ -76,7 +76,7 @@ def _drop_nulls(value: Any) -> Any:
 
 def stats_parsed_to_json(arr: pa.Array) -> pa.Array:
     """``stats_parsed`` structs as the JSON stats strings a commit would have carried."""
-    out = []
+    out: list[str | None] = []
     for row in arr.to_pylist():
         if row is None:
             out.append(None)
@@ -109,8 +109,9 @@ def adds_from_struct(adds: pa.StructArray, pv_columns: list[str]) -> pa.Table:
         if f.name == "partitionValues":
             pv_map = adds.field("partitionValues") if adds.type.get_field_index("partitionValues") >= 0 else None
             if not pv_columns:
-                arrays.append(pa.StructArray.from_arrays([], fields=[], mask=None) if n == 0
-                              else pa.array([{}] * n, f.type))
+                arrays.append(
+                    pa.StructArray.from_arrays([], fields=[], mask=None) if n == 0 else pa.array([{}] * n, f.type)
+                )
                 continue
             cols = _partition_columns(pv_map, pv_columns, n)
             arrays.append(pa.StructArray.from_arrays(cols, fields=list(f.type)))
@@ -152,8 +153,10 @@ def _partition_columns(pv_map: pa.MapArray | None, pv_columns: list[str], n: int
                     return [items]
             else:
                 columns = [np_array(np.arange(j, n * k, k, dtype=np.int64)) for j in range(k)]
-                if all(pc.all(pc.equal(keys.take(at), pa.scalar(c, keys.type))).as_py()
-                       for c, at in zip(pv_columns, columns)):
+                if all(
+                    pc.all(pc.equal(keys.take(at), pa.scalar(c, keys.type))).as_py()
+                    for c, at in zip(pv_columns, columns)
+                ):
                     return [items.take(at) for at in columns]
     return [pc.map_lookup(pv_map, pa.scalar(c, pa.string()), "first").cast(pa.string()) for c in pv_columns]
 
@@ -179,8 +182,14 @@ def _read_parquet(store: ObjectStore, path: str, choose: Callable[[list[str]], l
     return pq.read_table(source, columns=names, memory_map=memory_map, use_threads=True)
 
 
-def _read_parquet_actions(store: ObjectStore, path: str, pv_columns: list[str], out: CheckpointData,
-                          sidecars: list[dict[str, Any]], table: str | None) -> list[pa.Table]:
+def _read_parquet_actions(
+    store: ObjectStore,
+    path: str,
+    pv_columns: list[str],
+    out: CheckpointData,
+    sidecars: list[dict[str, Any]],
+    table: str | None,
+) -> list[pa.Table]:
     try:
         t = _read_parquet(store, path, lambda names: [c for c in (*_SMALL_COLUMNS, "add") if c in names])
     except DeltaportError:
@@ -221,8 +230,9 @@ def _read_parquet_actions(store: ObjectStore, path: str, pv_columns: list[str], 
     return out_tables
 
 
-def read_checkpoint(store: ObjectStore, parts: list[LogFile], pv_columns: list[str] | None,
-                    *, table: str | None = None) -> CheckpointData:
+def read_checkpoint(
+    store: ObjectStore, parts: list[LogFile], pv_columns: list[str] | None, *, table: str | None = None
+) -> CheckpointData:
     """Read a checkpoint (all parts, and sidecars for v2).
 
     ``pv_columns`` are the physical partition columns; None means "take them from the checkpoint's
@@ -256,7 +266,9 @@ def read_checkpoint(store: ObjectStore, parts: list[LogFile], pv_columns: list[s
         try:
             tables.extend(_read_parquet_actions(store, rel, pv_columns or [], out, [], table))
         except ObjectNotFound as exc:
-            raise CorruptLog(f"checkpoint {parts[0].path} names sidecar {sc_path}, which is missing", table=table) from exc
+            raise CorruptLog(
+                f"checkpoint {parts[0].path} names sidecar {sc_path}, which is missing", table=table
+            ) from exc
     if tables:
         out.adds = pa.concat_tables(tables)
     return out

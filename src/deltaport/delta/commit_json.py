@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from deltaport.delta.arrow_util import np_array, np_bool_array
 from deltaport.delta.actions import (
     FILE_FIELDS,
     TAGS_TYPE,
@@ -30,6 +29,7 @@ from deltaport.delta.actions import (
     file_schema,
     partition_values_type,
 )
+from deltaport.delta.arrow_util import np_array, np_bool_array
 from deltaport.errors import CorruptLog
 
 FILE_KINDS = ("add", "remove", "cdc")
@@ -213,8 +213,14 @@ def _fast_parse(data: bytes, pv_columns: list[str], where: str, table: str | Non
                 block = max(block * 4, len(data) + 1)
                 continue
             raise _SlowPath() from exc
-    result = ActionFile(*(_to_file_table(t.column(kind), kind, pv_columns) if kind in t.column_names
-                          else empty_file_table(kind, pv_columns) for kind in FILE_KINDS))
+    result = ActionFile(
+        *(
+            _to_file_table(t.column(kind), kind, pv_columns)
+            if kind in t.column_names
+            else empty_file_table(kind, pv_columns)
+            for kind in FILE_KINDS
+        )
+    )
     marks = np.zeros(t.num_rows, dtype=bool)
     for kind in OTHER_KINDS:
         if kind not in t.column_names:
@@ -313,13 +319,15 @@ def parse_actions(data: bytes, pv_columns: list[str], *, where: str, table: str 
         result = _fast_parse(data, pv_columns, where, table)
     except _SlowPath:
         return _slow_parse(data, pv_columns, where, table)
-    for kind, t in (("add", result.adds), ("remove", result.removes), ("cdc", result.cdcs)):
+    for t in (result.adds, result.removes, result.cdcs):
         if t.num_rows and t.column("path").null_count:
             return _slow_parse(data, pv_columns, where, table)  # exact error with a line number
     return result
 
 
-def peek_protocol_metadata(data: bytes, *, where: str, table: str | None = None) -> tuple[Protocol | None, Metadata | None]:
+def peek_protocol_metadata(
+    data: bytes, *, where: str, table: str | None = None
+) -> tuple[Protocol | None, Metadata | None]:
     """Protocol and metaData actions of a JSON action file, without reading its file actions."""
     probe = ActionFile(*(empty_file_table(k, []) for k in FILE_KINDS))
     if b'"metaData"' not in data and b'"protocol"' not in data:

@@ -28,8 +28,10 @@ def monotonic_timestamps(versions: list[int], raw: Mapping[int, int]) -> dict[in
 
 
 def format_ms(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
+    return (
+        dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
     )
 
 
@@ -53,8 +55,14 @@ class CommitHistory:
         self.table = table
 
     @classmethod
-    def build(cls, mtimes: Mapping[int, int], *, ict_from: int | None = None,
-              read_ict: Callable[[int], int | None] | None = None, table: str | None = None) -> "CommitHistory":
+    def build(
+        cls,
+        mtimes: Mapping[int, int],
+        *,
+        ict_from: int | None = None,
+        read_ict: Callable[[int], int | None] | None = None,
+        table: str | None = None,
+    ) -> CommitHistory:
         versions = sorted(mtimes)
         raw = dict(mtimes)
         if ict_from is not None and read_ict is not None:

@@ -110,8 +110,13 @@ class LogSegment:
     commits: tuple[LogFile, ...]  # ascending, checkpoint_version+1 .. version
 
 
-def build_segment(listing: LogListing, version: int | None, *, table: str | None = None,
-                  exclude_checkpoints: frozenset[int] = frozenset()) -> LogSegment:
+def build_segment(
+    listing: LogListing,
+    version: int | None,
+    *,
+    table: str | None = None,
+    exclude_checkpoints: frozenset[int] = frozenset(),
+) -> LogSegment:
     """The segment for ``version`` (latest when None). Raises VersionNotFound with the reason."""
     latest = listing.latest_commit
     if latest is None and not listing.checkpoints:
@@ -131,8 +136,7 @@ def build_segment(listing: LogListing, version: int | None, *, table: str | None
     for cp in reversed(usable):
         needed = range(cp + 1, version + 1)
         if all(v in listing.commits for v in needed):
-            return LogSegment(version, cp, tuple(listing.checkpoints[cp][0]),
-                              tuple(listing.commits[v] for v in needed))
+            return LogSegment(version, cp, tuple(listing.checkpoints[cp][0]), tuple(listing.commits[v] for v in needed))
     if all(v in listing.commits for v in range(0, version + 1)):
         return LogSegment(version, None, (), tuple(listing.commits[v] for v in range(0, version + 1)))
     missing = [v for v in range(0, version + 1) if v not in listing.commits]
@@ -142,7 +146,8 @@ def build_segment(listing: LogListing, version: int | None, *, table: str | None
         raise VersionNotFound(
             f"Cannot load table version {version} as the transaction log has been truncated due to manual deletion "
             f"or the log/checkpoint retention policy. The earliest available version is {earliest}.",
-            table=table, detail=detail,
+            table=table,
+            detail=detail,
         )
     raise VersionNotFound(
         f"Cannot load table version {version}: {detail}. Ask the data provider to restore the missing "

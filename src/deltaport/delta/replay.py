@@ -90,7 +90,7 @@ def replay(base: pa.Table | None, commits: Sequence[tuple[pa.Table, pa.Table]], 
     if base is not None:
         base = with_keys(base, root_uri)
     if new_adds is None and not rem_keys:
-        return base if base is not None else None  # type: ignore[return-value]
+        return base if base is not None else None
 
     add_keys = new_adds.column(KEY).combine_chunks() if new_adds is not None else pa.array([], pa.string())
     seq_add = np.concatenate(add_seq) if add_seq else np.empty(0, np.int64)
@@ -100,7 +100,9 @@ def replay(base: pa.Table | None, commits: Sequence[tuple[pa.Table, pa.Table]], 
     else:
         all_keys = pa.concat_arrays([add_keys, *rem_keys])
         all_seq = np.concatenate([seq_add, *rem_seq])
-        grouped = pa.table({"k": all_keys, "s": np_array(all_seq)}).group_by("k", use_threads=False).aggregate([("s", "max")])
+        grouped = (
+            pa.table({"k": all_keys, "s": np_array(all_seq)}).group_by("k", use_threads=False).aggregate([("s", "max")])
+        )
         winning = grouped.column("s_max")
         winners = new_adds.filter(pc.is_in(np_array(seq_add), value_set=winning)) if new_adds is not None else None
         touched = grouped.column("k").combine_chunks()
@@ -115,5 +117,6 @@ def replay(base: pa.Table | None, commits: Sequence[tuple[pa.Table, pa.Table]], 
         parts.append(winners.select(parts[0].column_names) if parts else winners)
     if not parts:
         template = base if base is not None else new_adds
+        assert template is not None  # there was something to replay
         return template.slice(0, 0)
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]

@@ -26,15 +26,32 @@ from deltaport.expressions.tree import columns_of
 
 #: Delta primitive types whose JSON stats we read, with the Arrow type the JSON reader produces.
 _STATS_JSON_TYPES = {
-    "long": pa.int64(), "integer": pa.int64(), "short": pa.int64(), "byte": pa.int64(),
-    "double": pa.float64(), "float": pa.float64(), "boolean": pa.bool_(), "string": pa.string(),
-    "date": pa.string(), "timestamp": pa.string(), "timestamp_ntz": pa.string(),
+    "long": pa.int64(),
+    "integer": pa.int64(),
+    "short": pa.int64(),
+    "byte": pa.int64(),
+    "double": pa.float64(),
+    "float": pa.float64(),
+    "boolean": pa.bool_(),
+    "string": pa.string(),
+    "date": pa.string(),
+    "timestamp": pa.string(),
+    "timestamp_ntz": pa.string(),
 }
 _FINAL_TYPES = {
-    "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
-    "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(), "string": pa.string(),
-    "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+    "long": pa.int64(),
+    "integer": pa.int32(),
+    "short": pa.int16(),
+    "byte": pa.int8(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "boolean": pa.bool_(),
+    "string": pa.string(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
 }
+
 
 @dataclass(frozen=True)
 class ScanResult:
@@ -131,6 +148,7 @@ def file_columns(snapshot: Snapshot, columns: set[str]) -> FileColumns:
         types[name] = f.type
         if f.name.lower() in partition_cols:
             physical = snapshot.config.physical_partition_columns[snapshot.partition_columns.index(f.name)]
+            assert pv_struct is not None  # read when there are partition columns
             pv[name] = pv_struct.field(physical)
         elif f.metadata.get("delta.typeChanges"):
             continue  # widened type: older files' stats are in the old type (float "3.4" != double 3.4f)

@@ -34,7 +34,7 @@ class Schema:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def parse(cls, schema_string: str, *, table: str | None = None) -> "Schema":
+    def parse(cls, schema_string: str, *, table: str | None = None) -> Schema:
         try:
             d = orjson.loads(schema_string)
             fields = tuple(

@@ -95,7 +95,9 @@ class Snapshot:
         """The live add actions as Arrow, in the log's field names (no internal columns)."""
         return self.live.drop_columns([c for c in self.live.column_names if c.startswith("_")])
 
-    def add_actions(self, indices: Sequence[int] | pa.Array | None = None, *, batch_size: int = 4096) -> Iterator[dict[str, Any]]:
+    def add_actions(
+        self, indices: Sequence[int] | pa.Array | None = None, *, batch_size: int = 4096
+    ) -> Iterator[dict[str, Any]]:
         """Add actions as dicts in log form, for the rows at ``indices`` (all when None).
 
         Rows are converted in batches, so a caller streaming a response holds one batch at a time.
@@ -117,9 +119,7 @@ class Snapshot:
             "features": self.config.features,
             "id": self.metadata.id,
             "name": self.metadata.name,
-            "schema": [
-                {"name": f.name, "type": f.type, "nullable": f.nullable} for f in self.schema.fields
-            ],
+            "schema": [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in self.schema.fields],
             "partitionColumns": self.partition_columns,
             "configuration": dict(self.metadata.configuration),
             "numFiles": self.num_files,

@@ -13,13 +13,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from deltaport.delta.actions import file_schema
 from deltaport.delta.cache import SnapshotCache
 from deltaport.delta.checkpoint import checkpoint_metadata_only, read_checkpoint
 from deltaport.delta.commit_json import parse_actions, peek_in_commit_timestamp, peek_protocol_metadata
 from deltaport.delta.history import CommitHistory, parse_timestamp
 from deltaport.delta.log_path import LogFile
 from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log, list_log_from_hint
-from deltaport.delta.actions import file_schema
 from deltaport.delta.replay import replay, with_keys
 from deltaport.delta.snapshot import Snapshot
 from deltaport.delta.table_changes import CommitChanges
@@ -44,8 +44,14 @@ def default_cache() -> SnapshotCache:
 class DeltaTable:
     """A Delta table at a location (path, ``file://`` URI or object-store URL)."""
 
-    def __init__(self, location: str, *, store: ObjectStore | None = None,
-                 storage_options: Mapping[str, Any] | None = None, cache: SnapshotCache | None = None) -> None:
+    def __init__(
+        self,
+        location: str,
+        *,
+        store: ObjectStore | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        cache: SnapshotCache | None = None,
+    ) -> None:
         self.location = str(location)
         self.store = store if store is not None else store_for(self.location, storage_options)
         self.uri = self.store.root_uri
@@ -97,8 +103,10 @@ class DeltaTable:
         listing = self.refresh_listing(covering=0)
         earliest = listing.earliest_reconstructable()
         if earliest is None:
-            raise VersionNotFound("no version of this table can be reconstructed: commit 0 and every "
-                                  "checkpoint are missing", table=self.uri)
+            raise VersionNotFound(
+                "no version of this table can be reconstructed: commit 0 and every checkpoint are missing",
+                table=self.uri,
+            )
         return earliest
 
     def _read_commit(self, lf: LogFile) -> bytes:
@@ -162,8 +170,11 @@ class DeltaTable:
             base = self.cache.best_base(self.uri, version)
             snap = None
             # a checkpoint in between is what other readers use: prefer it over the cached base
-            if base is not None and all(v in listing.commits for v in range(base.version + 1, version + 1)) \
-                    and not any(base.version < cp <= version for cp in listing.checkpoints):
+            if (
+                base is not None
+                and all(v in listing.commits for v in range(base.version + 1, version + 1))
+                and not any(base.version < cp <= version for cp in listing.checkpoints)
+            ):
                 snap = self._apply_commits(base, [listing.commits[v] for v in range(base.version + 1, version + 1)])
             if snap is None:
                 snap = self._load(listing, version)
@@ -215,7 +226,9 @@ class DeltaTable:
         if segment.checkpoint_parts:
             cp = read_checkpoint(self.store, list(segment.checkpoint_parts), pv, table=self.uri)
             base = cp.adds
-        parsed = [(lf, parse_actions(datas.pop(lf.version), pv, where=lf.path, table=self.uri)) for lf in segment.commits]
+        parsed = [
+            (lf, parse_actions(datas.pop(lf.version), pv, where=lf.path, table=self.uri)) for lf in segment.commits
+        ]
         live = replay(base, [(a.adds, a.removes) for _, a in parsed], self.uri)
         if live is None:
             live = empty_live(pv)
@@ -272,8 +285,9 @@ class DeltaTable:
         if end < start:
             raise VersionNotFound(f"version range [{start}, {end}] is invalid: end is before start", table=self.uri)
         if end > latest:
-            raise VersionNotFound(f"ending version {end} is after the latest version of the table ({latest})",
-                                  table=self.uri)
+            raise VersionNotFound(
+                f"ending version {end} is after the latest version of the table ({latest})", table=self.uri
+            )
         missing = [v for v in range(start, end + 1) if v not in listing.commits]
         if missing:
             raise TableFilesMissing(
@@ -288,11 +302,25 @@ class DeltaTable:
             data = self._read_commit(lf)
             p, m = peek_protocol_metadata(data, where=lf.path, table=self.uri)
             if p is not None or m is not None or config is None:
-                config = TableConfig.build(p or (config.protocol if config else None),
-                                           m or (config.metadata if config else None), table=self.uri)
+                config = TableConfig.build(
+                    p or (config.protocol if config else None),
+                    m or (config.metadata if config else None),
+                    table=self.uri,
+                )
             af = parse_actions(data, config.physical_partition_columns, where=lf.path, table=self.uri)
-            out.append(CommitChanges(v, history.timestamp_of(v), af.adds, af.removes, af.cdcs,
-                                     af.protocol, af.metadata, af.commit_info, config))
+            out.append(
+                CommitChanges(
+                    v,
+                    history.timestamp_of(v),
+                    af.adds,
+                    af.removes,
+                    af.cdcs,
+                    af.protocol,
+                    af.metadata,
+                    af.commit_info,
+                    config,
+                )
+            )
         return out
 
 

@@ -54,8 +54,9 @@ class TableConfig:
     table: str | None = None
 
     @classmethod
-    def build(cls, protocol: Protocol | None, metadata: Metadata | None, *, table: str | None = None,
-              check: bool = True) -> "TableConfig":
+    def build(
+        cls, protocol: Protocol | None, metadata: Metadata | None, *, table: str | None = None, check: bool = True
+    ) -> TableConfig:
         if protocol is None:
             raise CorruptLog("the log has no protocol action", table=table)
         if metadata is None:

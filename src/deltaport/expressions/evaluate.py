@@ -20,17 +20,18 @@ IEEE ordering (NaN matches no comparison), as Arrow and pandas filter them.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaport.expressions.tree import (
-    FLOAT_TYPES,
     FLIPPED_OPS,
+    FLOAT_TYPES,
     INTEGER_TYPES,
     And,
     Column,

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Union
 from typing import Literal as TypingLiteral
 
 ComparisonOp = TypingLiteral["=", "<", "<=", ">", ">=", "<>", "<=>"]
@@ -221,19 +222,30 @@ INTEGER_TYPES: Mapping[str, int] = {"byte": 8, "short": 16, "integer": 32, "long
 FLOAT_TYPES: frozenset[str] = frozenset({"float", "double"})
 
 _TYPE_ALIASES: Mapping[str, str] = {
-    "bool": "boolean", "boolean": "boolean",
-    "byte": "byte", "tinyint": "byte",
-    "short": "short", "smallint": "short",
-    "int": "integer", "integer": "integer",
-    "long": "long", "bigint": "long",
-    "float": "float", "real": "float",
+    "bool": "boolean",
+    "boolean": "boolean",
+    "byte": "byte",
+    "tinyint": "byte",
+    "short": "short",
+    "smallint": "short",
+    "int": "integer",
+    "integer": "integer",
+    "long": "long",
+    "bigint": "long",
+    "float": "float",
+    "real": "float",
     "double": "double",
-    "string": "string", "varchar": "string", "char": "string",
+    "string": "string",
+    "varchar": "string",
+    "char": "string",
     "date": "date",
-    "timestamp": "timestamp", "timestamp_ltz": "timestamp",
+    "timestamp": "timestamp",
+    "timestamp_ltz": "timestamp",
     "timestamp_ntz": "timestamp_ntz",
     "binary": "binary",
-    "decimal": "decimal(10,0)", "dec": "decimal(10,0)", "numeric": "decimal(10,0)",
+    "decimal": "decimal(10,0)",
+    "dec": "decimal(10,0)",
+    "numeric": "decimal(10,0)",
 }
 _DECIMAL_TYPE = re.compile(r"^\s*(?:decimal|dec|numeric)\s*\(\s*(\d+)\s*(?:,\s*(-?\d+)\s*)?\)\s*$", re.I)
 
@@ -278,9 +290,7 @@ def parse_timestamp(text: str, *, naive: bool) -> dt.datetime:
         raise ValueError(f"not a timestamp: {text!r}")
     year, month, day, hour, minute, second, fraction, zone = match.groups()
     micros = int((fraction or "0")[:6].ljust(6, "0"))
-    value = dt.datetime(
-        int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0), micros
-    )
+    value = dt.datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0), micros)
     if naive:
         if zone:
             raise ValueError(f"timestamp_ntz value with a zone offset: {text!r}")
@@ -331,12 +341,12 @@ def convert_text(text: str, value_type: str) -> Any:
     precision_scale = decimal_precision_scale(value_type)
     if precision_scale is not None:
         try:
-            number = Decimal(text.strip())
+            amount = Decimal(text.strip())
         except InvalidOperation:
             raise ValueError(f"not a decimal: {text!r}") from None
-        if not decimal_fits(number, *precision_scale):
+        if not decimal_fits(amount, *precision_scale):
             raise ValueError(f"{text!r} does not fit {value_type}")
-        return number
+        return amount
     raise ValueError(f"cannot convert text to {value_type!r}")
 
 

@@ -18,7 +18,7 @@ class Capabilities:
     explicit: bool = False  # the header was sent at all
 
     @classmethod
-    def parse(cls, value: str | None) -> "Capabilities":
+    def parse(cls, value: str | None) -> Capabilities:
         """Parse leniently, as the reference does: lower-case, ';'-separated key=value parts."""
         if value is None:
             return cls()

@@ -39,24 +39,67 @@ def clean_schema_for_parquet(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {**schema, "fields": fields}
 
 
-def metadata_parquet(*, id: str, schema_string: str, partition_columns: Sequence[str],
-                     configuration: Mapping[str, str], name: str | None = None, description: str | None = None,
-                     version: int | None = None, size: int | None = None, num_files: int | None = None) -> bytes:
-    return line({"metaData": _compact({
-        "id": id, "name": name, "description": description, "format": {"provider": "parquet"},
-        "schemaString": schema_string, "partitionColumns": list(partition_columns),
-        "configuration": dict(configuration), "version": version, "size": size, "numFiles": num_files,
-    })})
+def metadata_parquet(
+    *,
+    id: str,
+    schema_string: str,
+    partition_columns: Sequence[str],
+    configuration: Mapping[str, str],
+    name: str | None = None,
+    description: str | None = None,
+    version: int | None = None,
+    size: int | None = None,
+    num_files: int | None = None,
+) -> bytes:
+    return line(
+        {
+            "metaData": _compact(
+                {
+                    "id": id,
+                    "name": name,
+                    "description": description,
+                    "format": {"provider": "parquet"},
+                    "schemaString": schema_string,
+                    "partitionColumns": list(partition_columns),
+                    "configuration": dict(configuration),
+                    "version": version,
+                    "size": size,
+                    "numFiles": num_files,
+                }
+            )
+        }
+    )
 
 
-def file_parquet(kind: str, *, url: str, id: str, partition_values: Mapping[str, Any], size: int,
-                 stats: str | None = None, expiration_timestamp: int | None = None, version: int | None = None,
-                 timestamp: int | None = None) -> bytes:
+def file_parquet(
+    kind: str,
+    *,
+    url: str,
+    id: str,
+    partition_values: Mapping[str, Any],
+    size: int,
+    stats: str | None = None,
+    expiration_timestamp: int | None = None,
+    version: int | None = None,
+    timestamp: int | None = None,
+) -> bytes:
     """A ``file`` (snapshot), ``add``, ``remove`` or ``cdf`` line (streaming and change data feed)."""
-    return line({kind: _compact({
-        "url": url, "id": id, "partitionValues": dict(partition_values), "size": size, "stats": stats,
-        "expirationTimestamp": expiration_timestamp, "version": version, "timestamp": timestamp,
-    })})
+    return line(
+        {
+            kind: _compact(
+                {
+                    "url": url,
+                    "id": id,
+                    "partitionValues": dict(partition_values),
+                    "size": size,
+                    "stats": stats,
+                    "expirationTimestamp": expiration_timestamp,
+                    "version": version,
+                    "timestamp": timestamp,
+                }
+            )
+        }
+    )
 
 
 # --- delta format ---------------------------------------------------------------------------
@@ -66,31 +109,71 @@ def protocol_delta(protocol: Mapping[str, Any], *, version: int | None = None) -
     return line({"protocol": _compact({"deltaProtocol": dict(protocol), "version": version})})
 
 
-def metadata_delta(delta_metadata: Mapping[str, Any], *, version: int | None = None, size: int | None = None,
-                   num_files: int | None = None) -> bytes:
-    return line({"metaData": _compact({"deltaMetadata": dict(delta_metadata), "version": version, "size": size,
-                                       "numFiles": num_files})})
+def metadata_delta(
+    delta_metadata: Mapping[str, Any],
+    *,
+    version: int | None = None,
+    size: int | None = None,
+    num_files: int | None = None,
+) -> bytes:
+    return line(
+        {
+            "metaData": _compact(
+                {"deltaMetadata": dict(delta_metadata), "version": version, "size": size, "numFiles": num_files}
+            )
+        }
+    )
 
 
-def file_delta(kind: str, action: Mapping[str, Any], *, id: str, version: int | None = None,
-               timestamp: int | None = None, expiration_timestamp: int | None = None,
-               deletion_vector_file_id: str | None = None) -> bytes:
+def file_delta(
+    kind: str,
+    action: Mapping[str, Any],
+    *,
+    id: str,
+    version: int | None = None,
+    timestamp: int | None = None,
+    expiration_timestamp: int | None = None,
+    deletion_vector_file_id: str | None = None,
+) -> bytes:
     """A file line wrapping a Delta single action (``add``, ``remove`` or ``cdc``)."""
-    return line({"file": _compact({
-        "id": id, "deletionVectorFileId": deletion_vector_file_id, "version": version, "timestamp": timestamp,
-        "expirationTimestamp": expiration_timestamp, "deltaSingleAction": {kind: dict(action)},
-    })})
+    return line(
+        {
+            "file": _compact(
+                {
+                    "id": id,
+                    "deletionVectorFileId": deletion_vector_file_id,
+                    "version": version,
+                    "timestamp": timestamp,
+                    "expirationTimestamp": expiration_timestamp,
+                    "deltaSingleAction": {kind: dict(action)},
+                }
+            )
+        }
+    )
 
 
 # --- both -----------------------------------------------------------------------------------
 
 
-def end_stream(*, refresh_token: str | None = None, next_page_token: str | None = None,
-               min_url_expiration_timestamp: int | None = None, error_message: str | None = None) -> bytes:
-    return line({"endStreamAction": _compact({
-        "refreshToken": refresh_token, "nextPageToken": next_page_token,
-        "minUrlExpirationTimestamp": min_url_expiration_timestamp, "errorMessage": error_message,
-    })})
+def end_stream(
+    *,
+    refresh_token: str | None = None,
+    next_page_token: str | None = None,
+    min_url_expiration_timestamp: int | None = None,
+    error_message: str | None = None,
+) -> bytes:
+    return line(
+        {
+            "endStreamAction": _compact(
+                {
+                    "refreshToken": refresh_token,
+                    "nextPageToken": next_page_token,
+                    "minUrlExpirationTimestamp": min_url_expiration_timestamp,
+                    "errorMessage": error_message,
+                }
+            )
+        }
+    )
 
 
 def error_body(error_code: str, message: str) -> bytes:

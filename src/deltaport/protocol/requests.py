@@ -13,11 +13,24 @@ INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 
 _QUERY_FIELDS = {
-    "predicateHints", "jsonPredicateHints", "limitHint", "version", "timestamp", "startingVersion",
-    "endingVersion", "maxFiles", "pageToken", "includeRefreshToken", "refreshToken",
-    "includeHistoricalProtocol", "idempotency_key", "idempotencyKey",
+    "predicateHints",
+    "jsonPredicateHints",
+    "limitHint",
+    "version",
+    "timestamp",
+    "startingVersion",
+    "endingVersion",
+    "maxFiles",
+    "pageToken",
+    "includeRefreshToken",
+    "refreshToken",
+    "includeHistoricalProtocol",
+    "idempotency_key",
+    "idempotencyKey",
     # declared by the protocol's proto, accepted and unused
-    "queryDeltaLog", "requested_columns", "requestedColumns",
+    "queryDeltaLog",
+    "requested_columns",
+    "requestedColumns",
 }
 
 
@@ -81,7 +94,7 @@ class QueryRequest:
     idempotency_key: str | None = None
 
     @classmethod
-    def parse(cls, raw: bytes) -> "QueryRequest":
+    def parse(cls, raw: bytes) -> QueryRequest:
         if not raw or not raw.strip():
             raise MalformedRequest("the query body is empty: send a JSON object, at least {}")
         try:
@@ -94,13 +107,15 @@ class QueryRequest:
         if unknown:
             raise MalformedRequest(
                 f"unknown field(s) {unknown} in the query body; valid fields are "
-                + ", ".join(sorted(_QUERY_FIELDS - {'queryDeltaLog', 'requested_columns', 'requestedColumns'}))
+                + ", ".join(sorted(_QUERY_FIELDS - {"queryDeltaLog", "requested_columns", "requestedColumns"}))
             )
         hints = body.get("predicateHints")
         if hints is not None:
             if not isinstance(hints, list) or not all(isinstance(h, str) for h in hints):
-                raise MalformedRequest("Expected an array for repeated field predicateHints of QueryTableRequest: "
-                                       "'predicateHints' must be a list of strings")
+                raise MalformedRequest(
+                    "Expected an array for repeated field predicateHints of QueryTableRequest: "
+                    "'predicateHints' must be a list of strings"
+                )
         req = cls(
             predicate_hints=tuple(hints or ()),
             json_predicate_hints=_str(body, "jsonPredicateHints"),
@@ -120,8 +135,15 @@ class QueryRequest:
         return req
 
     def validate(self) -> None:
-        given = [k for k, v in (("version", self.version), ("timestamp", self.timestamp),
-                                ("startingVersion", self.starting_version)) if v is not None]
+        given = [
+            k
+            for k, v in (
+                ("version", self.version),
+                ("timestamp", self.timestamp),
+                ("startingVersion", self.starting_version),
+            )
+            if v is not None
+        ]
         if len(given) > 1:
             raise InvalidParameter("Please only provide one of: version,timestamp,startingVersion")
         if self.version is not None and self.version < 0:
@@ -143,20 +165,33 @@ class QueryRequest:
             raise InvalidParameter("refreshToken cannot be used when querying a specific version.")
         if self.refresh_token and self.page_token:
             raise InvalidParameter("refreshToken must be used in the first page request.")
-        if self.starting_version is not None and self.ending_version is not None \
-                and self.starting_version > self.ending_version:
-            raise InvalidParameter(f"startingVersion({self.starting_version}) must be smaller than or equal to "
-                                   f"endingVersion({self.ending_version}).")
+        if (
+            self.starting_version is not None
+            and self.ending_version is not None
+            and self.starting_version > self.ending_version
+        ):
+            raise InvalidParameter(
+                f"startingVersion({self.starting_version}) must be smaller than or equal to "
+                f"endingVersion({self.ending_version})."
+            )
 
     def to_body(self) -> bytes:
         """The JSON body a client sends: only the fields that are set (``{}`` when none are)."""
-        pairs = (("predicateHints", list(self.predicate_hints) or None), ("jsonPredicateHints", self.json_predicate_hints),
-                 ("limitHint", self.limit_hint), ("version", self.version), ("timestamp", self.timestamp),
-                 ("startingVersion", self.starting_version), ("endingVersion", self.ending_version),
-                 ("maxFiles", self.max_files), ("pageToken", self.page_token),
-                 ("includeRefreshToken", self.include_refresh_token or None), ("refreshToken", self.refresh_token),
-                 ("includeHistoricalProtocol", self.include_historical_protocol or None),
-                 ("idempotency_key", self.idempotency_key))
+        pairs = (
+            ("predicateHints", list(self.predicate_hints) or None),
+            ("jsonPredicateHints", self.json_predicate_hints),
+            ("limitHint", self.limit_hint),
+            ("version", self.version),
+            ("timestamp", self.timestamp),
+            ("startingVersion", self.starting_version),
+            ("endingVersion", self.ending_version),
+            ("maxFiles", self.max_files),
+            ("pageToken", self.page_token),
+            ("includeRefreshToken", self.include_refresh_token or None),
+            ("refreshToken", self.refresh_token),
+            ("includeHistoricalProtocol", self.include_historical_protocol or None),
+            ("idempotency_key", self.idempotency_key),
+        )
         return orjson.dumps({k: v for k, v in pairs if v is not None})
 
     @property
@@ -167,9 +202,13 @@ class QueryRequest:
     def checksum_params(self) -> dict[str, Any]:
         """The parameters a later page must repeat (maxFiles may change between pages)."""
         return {
-            "version": self.version, "timestamp": self.timestamp, "startingVersion": self.starting_version,
-            "endingVersion": self.ending_version, "predicateHints": list(self.predicate_hints),
-            "jsonPredicateHints": self.json_predicate_hints, "limitHint": self.limit_hint,
+            "version": self.version,
+            "timestamp": self.timestamp,
+            "startingVersion": self.starting_version,
+            "endingVersion": self.ending_version,
+            "predicateHints": list(self.predicate_hints),
+            "jsonPredicateHints": self.json_predicate_hints,
+            "limitHint": self.limit_hint,
             "includeHistoricalProtocol": self.include_historical_protocol,
         }
 
@@ -200,8 +239,9 @@ def parse_max_results(value: str | None) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise InvalidParameter("expected a number but the string didn't have the appropriate format: "
-                               f"maxResults={value!r}") from None
+        raise InvalidParameter(
+            f"expected a number but the string didn't have the appropriate format: maxResults={value!r}"
+        ) from None
     if not 0 <= number <= 500:
         raise InvalidParameter("Acceptable values of 'maxResults' are 0 to 500, inclusive. (Default: 500)")
     return number

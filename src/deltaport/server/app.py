@@ -10,10 +10,12 @@ import secrets
 import stat
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Optional
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -48,11 +50,13 @@ def _reply(reply: Reply, head: bool = False) -> Response:
         media = reply.headers.pop("Content-Type", "application/x-ndjson; charset=utf-8")
         if isinstance(reply.stream, list):  # small and complete (e.g. /metadata): no streaming machinery
             return Response(b"".join(reply.stream), status_code=reply.status, headers=reply.headers, media_type=media)
-        return StreamingResponse(_pieces(reply.stream), status_code=reply.status, headers=reply.headers,
-                                 media_type=media)
+        return StreamingResponse(
+            _pieces(reply.stream), status_code=reply.status, headers=reply.headers, media_type=media
+        )
     if reply.json is not None:
-        return JSONResponse(reply.json, status_code=reply.status, headers=reply.headers,
-                            media_type="application/json; charset=utf-8")
+        return JSONResponse(
+            reply.json, status_code=reply.status, headers=reply.headers, media_type="application/json; charset=utf-8"
+        )
     return Response(status_code=reply.status, headers=reply.headers)
 
 
@@ -69,7 +73,7 @@ async def _pieces(stream):
             continue
         view = memoryview(chunk)
         for start in range(0, len(view), _PIECE):
-            yield view[start:start + _PIECE]
+            yield view[start : start + _PIECE]
 
 
 def _declared_params(route, kind: str) -> tuple[str, ...]:
@@ -115,7 +119,8 @@ async def known_query_params(request: Request) -> None:
     raise InvalidParameter(
         f"Unknown query parameter{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)} for "
         f"{request.method} .../{where}; accepted: {', '.join(accepted) or 'none'}"
-        + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
+        + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+    )
 
 
 _QUERY_CHECK = [Depends(known_query_params)]
@@ -145,8 +150,12 @@ class _LargeChunkFileResponse(FileResponse):
         an If-Range validator no longer matches the file (then the whole file is sent)."""
         headers = Headers(scope=scope)
         http_range = headers.get("range")
-        if (http_range is None or self.stat_result is None or self.status_code != 200
-                or scope["method"].upper() not in ("GET", "HEAD")):
+        if (
+            http_range is None
+            or self.stat_result is None
+            or self.status_code != 200
+            or scope["method"].upper() not in ("GET", "HEAD")
+        ):
             return None
         if_range = headers.get("if-range")
         if if_range is not None and not self._should_use_range(if_range):
@@ -158,15 +167,21 @@ class _LargeChunkFileResponse(FileResponse):
         except RangeNotSatisfiable:
             last = f"; ask for bytes 0 to {size - 1}" if size else ""
             response = errors.json_error(
-                416, "INVALID_PARAMETER_VALUE",
-                f"Range {http_range!r} is not satisfiable: the file is {size} bytes{last}", head=head)
+                416,
+                "INVALID_PARAMETER_VALUE",
+                f"Range {http_range!r} is not satisfiable: the file is {size} bytes{last}",
+                head=head,
+            )
             response.headers["Content-Range"] = f"bytes */{size}"
             return response
         except MalformedRangeHeader as exc:
             return errors.json_error(
-                400, "INVALID_PARAMETER_VALUE",
+                400,
+                "INVALID_PARAMETER_VALUE",
                 f"invalid Range header {http_range!r} ({exc.content.rstrip('.')}): use bytes=START-END, "
-                f"bytes=START- or bytes=-SUFFIX, with START <= END, at most {self.max_ranges} ranges", head=head)
+                f"bytes=START- or bytes=-SUFFIX, with START <= END, at most {self.max_ranges} ranges",
+                head=head,
+            )
         return None
 
 
@@ -191,12 +206,20 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_and_note)
         finally:
-            access_log.info("%s %s %s %.1fms", scope["method"], scope["path"], status[0],
-                            (time.perf_counter() - start) * 1000)
+            access_log.info(
+                "%s %s %s %.1fms", scope["method"], scope["path"], status[0], (time.perf_counter() - start) * 1000
+            )
 
 
-def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, clock: Callable[[], float] = time.time,
-               file_secret: bytes | None = None, keying_processes: int = 0, hot_paths: bool = True) -> FastAPI:
+def create_app(
+    config: ServerConfig,
+    *,
+    cache: SnapshotCache | None = None,
+    clock: Callable[[], float] = time.time,
+    file_secret: bytes | None = None,
+    keying_processes: int = 0,
+    hot_paths: bool = True,
+) -> FastAPI:
     """The sharing server for ``config``. Secrets default to fresh random ones per process.
 
     ``keying_processes`` worker processes hash file ids and sign URLs for large responses beside
@@ -214,14 +237,17 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
 
     def signer_factory(st: SharedTable, base_url: str):
         public = config.public_url or base_url.rstrip("/")
-        return signer_for(st.delta(cache).store, base_url=public + prefix, table_key=st.key,
-                          access_key=access_key, secret=file_secret)
+        return signer_for(
+            st.delta(cache).store, base_url=public + prefix, table_key=st.key, access_key=access_key, secret=file_secret
+        )
 
-    verifier = LocalFileSigner(base_url="http://verifier" + prefix, table_key="-", access_key=access_key,
-                               secret=file_secret)
+    verifier = LocalFileSigner(
+        base_url="http://verifier" + prefix, table_key="-", access_key=access_key, secret=file_secret
+    )
     keying = KeyingPool(keying_processes)
-    service = SharingService(config, signer_factory=signer_factory, cache=cache, codec=codec, clock=clock,
-                             keying=keying)
+    service = SharingService(
+        config, signer_factory=signer_factory, cache=cache, codec=codec, clock=clock, keying=keying
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -231,13 +257,17 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
         finally:
             keying.close()
 
-    app = FastAPI(title="deltaport", version="0.1.0", lifespan=lifespan,
-                  description="A Delta Sharing server: shares, schemas and tables over the Delta Sharing REST "
-                              "protocol, for many recipients.")
+    app = FastAPI(
+        title="deltaport",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="A Delta Sharing server: shares, schemas and tables over the Delta Sharing REST "
+        "protocol, for many recipients.",
+    )
     app.state.service = service
-    app.add_exception_handler(DeltaportError, errors.deltaport_error)
-    app.add_exception_handler(StarletteHTTPException, errors.http_error)
-    app.add_exception_handler(RequestValidationError, errors.validation_error)
+    app.add_exception_handler(DeltaportError, errors.deltaport_error)  # type: ignore[arg-type]  # typed for Exception
+    app.add_exception_handler(StarletteHTTPException, errors.http_error)  # type: ignore[arg-type]  # typed for Exception
+    app.add_exception_handler(RequestValidationError, errors.validation_error)  # type: ignore[arg-type]  # typed for Exception
     app.add_exception_handler(Exception, errors.unexpected_error)
 
     def who(authorization: Optional[str]):
@@ -251,8 +281,9 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
         return {"status": "ok", "shares": len(config.shares)}
 
     @app.get(prefix + "/shares", tags=["shares"], dependencies=_QUERY_CHECK)
-    def list_shares(maxResults: Optional[str] = None, pageToken: Optional[str] = None,
-                    authorization: Optional[str] = Header(None)):
+    def list_shares(
+        maxResults: Optional[str] = None, pageToken: Optional[str] = None, authorization: Optional[str] = Header(None)
+    ):
         return _reply(service.list_shares(who(authorization), maxResults, pageToken))
 
     @app.get(prefix + "/shares/{share}", tags=["shares"], dependencies=_QUERY_CHECK)
@@ -260,92 +291,190 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
         return _reply(service.get_share(who(authorization), share))
 
     @app.get(prefix + "/shares/{share}/schemas", tags=["shares"], dependencies=_QUERY_CHECK)
-    def list_schemas(share: str, maxResults: Optional[str] = None, pageToken: Optional[str] = None,
-                     authorization: Optional[str] = Header(None)):
+    def list_schemas(
+        share: str,
+        maxResults: Optional[str] = None,
+        pageToken: Optional[str] = None,
+        authorization: Optional[str] = Header(None),
+    ):
         return _reply(service.list_schemas(who(authorization), share, maxResults, pageToken))
 
     @app.get(prefix + "/shares/{share}/schemas/{schema}/tables", tags=["shares"], dependencies=_QUERY_CHECK)
-    def list_tables(share: str, schema: str, maxResults: Optional[str] = None, pageToken: Optional[str] = None,
-                    authorization: Optional[str] = Header(None)):
+    def list_tables(
+        share: str,
+        schema: str,
+        maxResults: Optional[str] = None,
+        pageToken: Optional[str] = None,
+        authorization: Optional[str] = Header(None),
+    ):
         return _reply(service.list_tables(who(authorization), share, schema, maxResults, pageToken))
 
     @app.get(prefix + "/shares/{share}/all-tables", tags=["shares"], dependencies=_QUERY_CHECK)
-    def list_all_tables(share: str, maxResults: Optional[str] = None, pageToken: Optional[str] = None,
-                        authorization: Optional[str] = Header(None)):
+    def list_all_tables(
+        share: str,
+        maxResults: Optional[str] = None,
+        pageToken: Optional[str] = None,
+        authorization: Optional[str] = Header(None),
+    ):
         return _reply(service.list_all_tables(who(authorization), share, maxResults, pageToken))
 
-    async def version_call(share: str, schema: str, table: str, query: dict, headers: dict,
-                           head: bool = False) -> Response:
-        return _reply(await run_in_threadpool(service.table_version, who(headers.get("authorization")),
-                                              share, schema, table, query.get("startingTimestamp")), head=head)
+    async def version_call(
+        share: str, schema: str, table: str, query: dict, headers: dict, head: bool = False
+    ) -> Response:
+        return _reply(
+            await run_in_threadpool(
+                service.table_version,
+                who(headers.get("authorization")),
+                share,
+                schema,
+                table,
+                query.get("startingTimestamp"),
+            ),
+            head=head,
+        )
 
     async def metadata_call(share: str, schema: str, table: str, query: dict, headers: dict) -> Response:
-        return _reply(await run_in_threadpool(service.metadata, who(headers.get("authorization")), share, schema,
-                                              table, query.get("version"), query.get("timestamp"),
-                                              headers.get("delta-sharing-capabilities")))
-
+        return _reply(
+            await run_in_threadpool(
+                service.metadata,
+                who(headers.get("authorization")),
+                share,
+                schema,
+                table,
+                query.get("version"),
+                query.get("timestamp"),
+                headers.get("delta-sharing-capabilities"),
+            )
+        )
 
     @app.get(prefix + _T + "/version", tags=["tables"], dependencies=_QUERY_CHECK)
-    async def table_version(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
-                            authorization: Optional[str] = Header(None)):
-        return await version_call(share, schema, table, {"startingTimestamp": startingTimestamp},
-                                  {"authorization": authorization})
+    async def table_version(
+        share: str,
+        schema: str,
+        table: str,
+        startingTimestamp: Optional[str] = None,
+        authorization: Optional[str] = Header(None),
+    ):
+        return await version_call(
+            share, schema, table, {"startingTimestamp": startingTimestamp}, {"authorization": authorization}
+        )
 
     @app.head(prefix + _T, tags=["tables"], dependencies=_QUERY_CHECK)
-    async def table_version_head(share: str, schema: str, table: str, startingTimestamp: Optional[str] = None,
-                                 authorization: Optional[str] = Header(None)):
-        return await version_call(share, schema, table, {"startingTimestamp": startingTimestamp},
-                                  {"authorization": authorization}, head=True)
+    async def table_version_head(
+        share: str,
+        schema: str,
+        table: str,
+        startingTimestamp: Optional[str] = None,
+        authorization: Optional[str] = Header(None),
+    ):
+        return await version_call(
+            share, schema, table, {"startingTimestamp": startingTimestamp}, {"authorization": authorization}, head=True
+        )
 
     @app.get(prefix + _T + "/metadata", tags=["tables"], dependencies=_QUERY_CHECK)
-    async def metadata(share: str, schema: str, table: str, version: Optional[str] = None,
-                       timestamp: Optional[str] = None, authorization: Optional[str] = Header(None),
-                       delta_sharing_capabilities: Optional[str] = Header(None)):
-        return await metadata_call(share, schema, table, {"version": version, "timestamp": timestamp},
-                                   {"authorization": authorization,
-                                    "delta-sharing-capabilities": delta_sharing_capabilities})
+    async def metadata(
+        share: str,
+        schema: str,
+        table: str,
+        version: Optional[str] = None,
+        timestamp: Optional[str] = None,
+        authorization: Optional[str] = Header(None),
+        delta_sharing_capabilities: Optional[str] = Header(None),
+    ):
+        return await metadata_call(
+            share,
+            schema,
+            table,
+            {"version": version, "timestamp": timestamp},
+            {"authorization": authorization, "delta-sharing-capabilities": delta_sharing_capabilities},
+        )
 
     @app.post(prefix + _T + "/query", tags=["tables"])
-    async def query(share: str, schema: str, table: str, request: Request,
-                    authorization: Optional[str] = Header(None),
-                    delta_sharing_capabilities: Optional[str] = Header(None),
-                    fileidhash: Optional[str] = Header(None)):
+    async def query(
+        share: str,
+        schema: str,
+        table: str,
+        request: Request,
+        authorization: Optional[str] = Header(None),
+        delta_sharing_capabilities: Optional[str] = Header(None),
+        fileidhash: Optional[str] = Header(None),
+    ):
         body = await request.body()
-        reply = await run_in_threadpool(service.query, who(authorization), share, schema, table, body,
-                                        delta_sharing_capabilities, fileidhash, base(request))
+        reply = await run_in_threadpool(
+            service.query,
+            who(authorization),
+            share,
+            schema,
+            table,
+            body,
+            delta_sharing_capabilities,
+            fileidhash,
+            base(request),
+        )
         return _reply(reply)
 
     @app.get(prefix + _T + "/changes", tags=["tables"], dependencies=_QUERY_CHECK)
-    def changes(share: str, schema: str, table: str, request: Request,
-                startingVersion: Optional[str] = None, endingVersion: Optional[str] = None,
-                startingTimestamp: Optional[str] = None, endingTimestamp: Optional[str] = None,
-                includeHistoricalMetadata: Optional[str] = None, includeHistoricalProtocol: Optional[str] = None,
-                maxFiles: Optional[str] = None,
-                pageToken: Optional[str] = None, authorization: Optional[str] = Header(None),
-                delta_sharing_capabilities: Optional[str] = Header(None),
-                fileidhash: Optional[str] = Header(None)):
-        params = {"startingVersion": startingVersion, "endingVersion": endingVersion,
-                  "startingTimestamp": startingTimestamp, "endingTimestamp": endingTimestamp,
-                  "includeHistoricalMetadata": includeHistoricalMetadata,
-                  "includeHistoricalProtocol": includeHistoricalProtocol, "maxFiles": maxFiles,
-                  "pageToken": pageToken}
-        return _reply(service.changes(who(authorization), share, schema, table, params,
-                                      delta_sharing_capabilities, base(request), fileidhash=fileidhash))
+    def changes(
+        share: str,
+        schema: str,
+        table: str,
+        request: Request,
+        startingVersion: Optional[str] = None,
+        endingVersion: Optional[str] = None,
+        startingTimestamp: Optional[str] = None,
+        endingTimestamp: Optional[str] = None,
+        includeHistoricalMetadata: Optional[str] = None,
+        includeHistoricalProtocol: Optional[str] = None,
+        maxFiles: Optional[str] = None,
+        pageToken: Optional[str] = None,
+        authorization: Optional[str] = Header(None),
+        delta_sharing_capabilities: Optional[str] = Header(None),
+        fileidhash: Optional[str] = Header(None),
+    ):
+        params = {
+            "startingVersion": startingVersion,
+            "endingVersion": endingVersion,
+            "startingTimestamp": startingTimestamp,
+            "endingTimestamp": endingTimestamp,
+            "includeHistoricalMetadata": includeHistoricalMetadata,
+            "includeHistoricalProtocol": includeHistoricalProtocol,
+            "maxFiles": maxFiles,
+            "pageToken": pageToken,
+        }
+        return _reply(
+            service.changes(
+                who(authorization),
+                share,
+                schema,
+                table,
+                params,
+                delta_sharing_capabilities,
+                base(request),
+                fileidhash=fileidhash,
+            )
+        )
 
-    @app.get(prefix + "/files/{key}/{path:path}", tags=["files"],
-             summary="Read a data or deletion-vector file through a presigned URL this server issued")
+    @app.get(
+        prefix + "/files/{key}/{path:path}",
+        tags=["files"],
+        summary="Read a data or deletion-vector file through a presigned URL this server issued",
+    )
     def read_file(key: str, path: str, request: Request):
         return serve_file(request)
 
-    @app.head(prefix + "/files/{key}/{path:path}", tags=["files"],
-              summary="Size of a data or deletion-vector file, through a presigned URL this server issued")
+    @app.head(
+        prefix + "/files/{key}/{path:path}",
+        tags=["files"],
+        summary="Size of a data or deletion-vector file, through a presigned URL this server issued",
+    )
     def head_file(key: str, path: str, request: Request):
         return serve_file(request)
 
     def serve_file(request: Request):
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
-        table_key, rel = verifier.verify(request.method, request.headers.get("host", ""), raw_path,
-                                         request.url.query, now=clock())
+        table_key, rel = verifier.verify(
+            request.method, request.headers.get("host", ""), raw_path, request.url.query, now=clock()
+        )
         st = service.registry.by_key(table_key)
         if st is None:
             raise PermissionDenied("this URL names no table this server shares")
@@ -354,7 +483,7 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
         if local is None:
             raise ResourceNotFound("this table's files are served by its object store, not by this server")
         full = local(rel).resolve()
-        root = store.root.resolve()
+        root = Path(local("")).resolve()
         if not full.is_relative_to(root):  # a symlink must not lead outside the shared table
             raise PermissionDenied("this URL names a file outside the shared table")
         try:
@@ -367,11 +496,24 @@ def create_app(config: ServerConfig, *, cache: SnapshotCache | None = None, cloc
 
     if hot_paths:  # the calls read exactly the parameters and headers their routes declare
         hot = {"version": version_call, "metadata": metadata_call}
-        routes = {r.path.rsplit("/", 1)[-1]: r for r in app.routes
-                  if r.path in {prefix + _T + "/" + name for name in hot} and "GET" in r.methods}
-        app.add_middleware(HotTableCalls, prefix=prefix, calls={
-            name: (handler, _declared_query_params(routes[name]),
-                   tuple(h.lower() for h in _declared_params(routes[name], "header_params")))
-            for name, handler in hot.items()})
+        routes = {
+            r.path.rsplit("/", 1)[-1]: r
+            for r in app.routes
+            if isinstance(r, APIRoute)
+            and r.path in {prefix + _T + "/" + name for name in hot}
+            and "GET" in (r.methods or ())
+        }
+        app.add_middleware(
+            HotTableCalls,
+            prefix=prefix,
+            calls={
+                name: (
+                    handler,
+                    _declared_query_params(routes[name]),
+                    tuple(h.lower() for h in _declared_params(routes[name], "header_params")),
+                )
+                for name, handler in hot.items()
+            },
+        )
     app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too
     return app

@@ -32,8 +32,12 @@ WINDOW_SECONDS = 60  # URLs signed within one window are identical, so they can 
 def _offsets(values: pa.Array) -> np.ndarray:
     """A string or binary array's value offsets (into its whole data buffer), ``len + 1`` of them."""
     wide = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
-    return np.frombuffer(values.buffers()[1], dtype=np.int64 if wide else np.int32, count=len(values) + 1,
-                         offset=values.offset * (8 if wide else 4))
+    return np.frombuffer(
+        values.buffers()[1],
+        dtype=np.int64 if wide else np.int32,
+        count=len(values) + 1,
+        offset=values.offset * (8 if wide else 4),
+    )
 
 
 def _value_bytes(values: pa.Array) -> np.ndarray:
@@ -41,7 +45,7 @@ def _value_bytes(values: pa.Array) -> np.ndarray:
     if len(values) == 0 or values.buffers()[2] is None:
         return np.empty(0, np.uint8)
     offsets = _offsets(values)
-    return np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
 
 
 def _escape(values: pa.Array) -> pa.Array | None:
@@ -114,8 +118,9 @@ def _static_parts(files: pa.Table, ids: pa.Array) -> list:
     stats = files.column("stats").combine_chunks()
     stats_esc = _escape(stats)
     if stats_esc is None:
-        stats_part = pa.array([None if s is None else ',"stats":' + orjson.dumps(s).decode()
-                               for s in stats.to_pylist()], pa.string())
+        stats_part = pa.array(
+            [None if s is None else ',"stats":' + orjson.dumps(s).decode() for s in stats.to_pylist()], pa.string()
+        )
     else:
         stats_part = pc.binary_join_element_wise(',"stats":"', stats_esc, '"', "")
     size = pc.cast(files.column("size").combine_chunks(), pa.string())
@@ -129,9 +134,18 @@ class ColumnarLines:
     def __init__(self, *, pool: KeyingPool | None = None) -> None:
         self.pool = pool
 
-    def lines(self, snapshot: Snapshot, indices: pa.Array, signer: LocalFileSigner, *, expires_in: int, now: float,
-              id_hash: str, version: int | None = None,
-              chunk: int = 32768) -> tuple[Iterator[memoryview], int | None]:
+    def lines(
+        self,
+        snapshot: Snapshot,
+        indices: pa.Array,
+        signer: LocalFileSigner,
+        *,
+        expires_in: int,
+        now: float,
+        id_hash: str,
+        version: int | None = None,
+        chunk: int = 32768,
+    ) -> tuple[Iterator[memoryview], int | None]:
         """File lines for ``indices`` and the URLs' expiry (ms), built and streamed chunk by chunk.
 
         Ids, URIs and signatures are computed per chunk in one thread while another joins the
@@ -162,7 +176,7 @@ class ColumnarLines:
         def start(begin: int) -> _Chunk:
             """A chunk with what the caches hold, and its keying begun (in the worker if it is free)."""
             part = idx.slice(begin, chunk)
-            rows = _take_sorted(batches, bounds, idx_np[begin:begin + chunk])
+            rows = _take_sorted(batches, bounds, idx_np[begin : begin + chunk])
             if prepared is not None:
                 c = _Chunk(rows, prepared.ids.take(part), prepared.relative_uris.take(part), None)
                 inputs, mode, hash_kind = c.uris, AS_IS, None
@@ -190,9 +204,11 @@ class ColumnarLines:
                     try:
                         keys = keys.result(timeout=_WORKER_TIMEOUT)
                     except Exception as exc:  # the worker died or hangs: key this chunk here
+                        assert pool is not None  # only the pool hands out futures
                         pool.failed(exc)
                         keys = _key_locally(*c.job)
                 n = c.rows.num_rows
+                assert keys is not None
                 if keys.ids is not None:
                     c.ids = _fixed_width(keys.ids, n, len(keys.ids) // n if n else 0)
                 if keys.uris is not None:
@@ -210,7 +226,9 @@ class ColumnarLines:
             def done(c: _Chunk) -> tuple:
                 item = finish(c)
                 if whole:
-                    ids_parts.append(item[1]), uri_parts.append(item[2]), sig_parts.append(item[3])
+                    ids_parts.append(item[1])
+                    uri_parts.append(item[2])
+                    sig_parts.append(item[3])
                 return item
 
             for begin in range(0, len(idx), chunk):
@@ -273,4 +291,4 @@ def _buffer_view(lines: pa.Array) -> memoryview:
     response with the GIL held.
     """
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
-    return memoryview(_value_bytes(lines))
+    return memoryview(_value_bytes(lines))  # type: ignore[arg-type]  # numpy arrays export the buffer protocol

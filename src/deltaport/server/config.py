@@ -20,7 +20,6 @@ import yaml
 
 from deltaport.errors import DeltaportError
 
-
 log = logging.getLogger("deltaport.server")
 
 
@@ -97,13 +96,34 @@ def hash_token(token: str) -> bytes:
 
 #: Keys each level of the config understands. The reference server's keys that mean nothing
 #: here (its cache and timeout knobs) are accepted so its config files load unchanged.
-_REFERENCE_ONLY = ("temporaryCredentialValiditySeconds", "deltaTableCacheSize", "stalenessAcceptable",
-                   "requestTimeoutSeconds", "evaluateJsonPredicateHintsV2")
+_REFERENCE_ONLY = (
+    "temporaryCredentialValiditySeconds",
+    "deltaTableCacheSize",
+    "stalenessAcceptable",
+    "requestTimeoutSeconds",
+    "evaluateJsonPredicateHintsV2",
+)
 _KEYS = {
-    "the server config": ("version", "shares", "authorization", "recipients", "ssl", "host", "port", "endpoint",
-                          "preSignedUrlTimeoutSeconds", "evaluatePredicateHints", "evaluateJsonPredicateHints",
-                          "queryTablePageSizeLimit", "queryTablePageTokenTtlMs", "refreshTokenTtlMs",
-                          "storageOptions", "tokenSecret", "publicUrl", *_REFERENCE_ONLY),
+    "the server config": (
+        "version",
+        "shares",
+        "authorization",
+        "recipients",
+        "ssl",
+        "host",
+        "port",
+        "endpoint",
+        "preSignedUrlTimeoutSeconds",
+        "evaluatePredicateHints",
+        "evaluateJsonPredicateHints",
+        "queryTablePageSizeLimit",
+        "queryTablePageTokenTtlMs",
+        "refreshTokenTtlMs",
+        "storageOptions",
+        "tokenSecret",
+        "publicUrl",
+        *_REFERENCE_ONLY,
+    ),
     "a share": ("name", "id", "schemas"),
     "a schema": ("name", "tables"),
     "a table": ("name", "location", "id", "historyShared", "startVersion", "storageOptions"),
@@ -122,8 +142,9 @@ def _check_keys(d: Any, level: str, where: str | None = None) -> Mapping[str, An
     known = _KEYS[level]
     for key in d:
         if key not in known:
-            close = [k for k in known if k.lower() == str(key).lower()] or \
-                difflib.get_close_matches(str(key), known, n=1)
+            close = [k for k in known if k.lower() == str(key).lower()] or difflib.get_close_matches(
+                str(key), known, n=1
+            )
             hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
             raise ConfigError(f"unknown key '{key}' in {where}: {hint}")
     return d
@@ -164,8 +185,9 @@ def _check_name(name: Any, what: str, *, allow_dot: bool) -> str:
         raise ConfigError(f"the name of a {what} must be a string, not {name!r}")
     if len(name) > 255 or _NAME_FORBIDDEN.search(name) or (not allow_dot and "." in name):
         extra = "" if allow_dot else ", or '.'"
-        raise ConfigError(f"{what} name {name!r} is invalid: at most 255 characters, no spaces, '/', "
-                          f"or control characters{extra}")
+        raise ConfigError(
+            f"{what} name {name!r} is invalid: at most 255 characters, no spaces, '/', or control characters{extra}"
+        )
     return name
 
 
@@ -178,26 +200,35 @@ def _check_readable_file(path: Any, key: str) -> None:
         with open(full, "rb") as f:
             f.read(1)
     except OSError as exc:
-        raise ConfigError(f"'{key}' in 'ssl' names {full}, which cannot be read ({exc.strerror}): fix the path "
-                          "or the file's permissions") from None
+        raise ConfigError(
+            f"'{key}' in 'ssl' names {full}, which cannot be read ({exc.strerror}): fix the path "
+            "or the file's permissions"
+        ) from None
 
 
 def _check_key_pair(cfg: SslConfig) -> None:
     """The certificate and key must load together (PEM, matching, the password right)."""
     import ssl
 
-    password: Any = lambda: b""  # an encrypted key without a password file fails here, never prompts
+    def no_password() -> bytes:  # an encrypted key without a password file fails here, never prompts
+        return b""
+
+    password: Any = no_password
+    assert cfg.certificate_file and cfg.certificate_key_file  # required unless self-signed (checked before)
     if cfg.certificate_password_file:
         with open(cfg.certificate_password_file, encoding="utf-8", errors="replace") as f:
             password = f.read().strip()
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cfg.certificate_file, cfg.certificate_key_file,
-                                                                password=password)
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+            cfg.certificate_file, cfg.certificate_key_file, password=password
+        )
     except ssl.SSLError as exc:
-        raise ConfigError(f"'certificateFile' {os.path.abspath(cfg.certificate_file)} and 'certificateKeyFile' "
-                          f"{os.path.abspath(cfg.certificate_key_file)} in 'ssl' do not load as a PEM certificate "
-                          f"and its private key ({exc.reason or exc}): check the files, that the key matches the "
-                          "certificate, and 'certificatePasswordFile' for an encrypted key") from None
+        raise ConfigError(
+            f"'certificateFile' {os.path.abspath(cfg.certificate_file)} and 'certificateKeyFile' "
+            f"{os.path.abspath(cfg.certificate_key_file)} in 'ssl' do not load as a PEM certificate "
+            f"and its private key ({exc.reason or exc}): check the files, that the key matches the "
+            "certificate, and 'certificatePasswordFile' for an encrypted key"
+        ) from None
 
 
 def _table(d: Mapping[str, Any], where: str) -> TableConfig:
@@ -237,7 +268,7 @@ def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
     for token in tokens:
         token = str(token)
         if token.startswith("sha256:"):
-            digest = token[len("sha256:"):]
+            digest = token[len("sha256:") :]
             if not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
                 raise ConfigError(f"token of recipient '{name}' starting 'sha256:' must be 64 hex digits")
             hashes.append(bytes.fromhex(digest))
@@ -246,8 +277,9 @@ def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
     shares = d.get("shares") or []
     if not isinstance(shares, list):
         raise ConfigError(f"'shares' of recipient '{name}' must be a list of share names")
-    return RecipientConfig(str(name), tuple(hashes), tuple(str(s).lower() for s in shares),
-                           _expiration(d.get("expirationTime"), str(name)))
+    return RecipientConfig(
+        str(name), tuple(hashes), tuple(str(s).lower() for s in shares), _expiration(d.get("expirationTime"), str(name))
+    )
 
 
 def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
@@ -262,8 +294,10 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
     if version <= 0:
         raise ConfigError("'version' must be greater than 0")
     if version > 1:
-        raise ConfigError(f"The 'version' in the server config is {version} which is too new. "
-                          "The current release supports version 1 and below.")
+        raise ConfigError(
+            f"The 'version' in the server config is {version} which is too new. "
+            "The current release supports version 1 and below."
+        )
     shares = []
     seen_shares = set()
     for s in d.get("shares") or []:
@@ -275,8 +309,7 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
         schemas = []
         for sc in s.get("schemas") or []:
             _check_keys(sc, "a schema", f"a schema in share '{share_name}'")
-            schema_name = _check_name(_need(sc, "name", f"a schema in share '{share_name}'"), "schema",
-                                      allow_dot=False)
+            schema_name = _check_name(_need(sc, "name", f"a schema in share '{share_name}'"), "schema", allow_dot=False)
             tables = tuple(_table(t, f"schema '{share_name}.{schema_name}'") for t in sc.get("tables") or [])
             names = [t.name.lower() for t in tables]
             if len(set(names)) != len(names):
@@ -301,21 +334,28 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
         if not isinstance(sd, Mapping):
             raise ConfigError("'ssl' must be a mapping: selfSigned, or certificateFile and certificateKeyFile")
         _check_keys(sd, "'ssl'")
-        ssl = SslConfig(_bool(sd.get("selfSigned", False), "selfSigned"),
-                        *(str(sd[k]) if sd.get(k) not in (None, "") else None
-                          for k in ("certificateFile", "certificateKeyFile", "certificatePasswordFile")))
+        ssl = SslConfig(
+            _bool(sd.get("selfSigned", False), "selfSigned"),
+            *(
+                str(sd[k]) if sd.get(k) not in (None, "") else None
+                for k in ("certificateFile", "certificateKeyFile", "certificatePasswordFile")
+            ),
+        )
         if not ssl.self_signed and not (ssl.certificate_file and ssl.certificate_key_file):
-            raise ConfigError("'certificateFile' and 'certificateKeyFile' in 'ssl' must be provided "
-                              "(or set selfSigned: true)")
+            raise ConfigError(
+                "'certificateFile' and 'certificateKeyFile' in 'ssl' must be provided (or set selfSigned: true)"
+            )
         if not ssl.self_signed:
             for key in ("certificateFile", "certificateKeyFile", "certificatePasswordFile"):
                 _check_readable_file(sd.get(key), key)
             _check_key_pair(ssl)
     if "evaluateJsonPredicateHintsV2" in d:
         _bool(d["evaluateJsonPredicateHintsV2"], "evaluateJsonPredicateHintsV2")
-        log.warning("'evaluateJsonPredicateHintsV2' has no effect and is accepted only for compatibility: JSON "
-                    "predicate hints are always evaluated against partition values and file statistics; set "
-                    "'evaluateJsonPredicateHints: false' to turn them off")
+        log.warning(
+            "'evaluateJsonPredicateHintsV2' has no effect and is accepted only for compatibility: JSON "
+            "predicate hints are always evaluated against partition values and file statistics; set "
+            "'evaluateJsonPredicateHints: false' to turn them off"
+        )
     endpoint = "/" + str(d.get("endpoint", "/delta-sharing")).strip("/")
     secret = d.get("tokenSecret")
     return ServerConfig(
@@ -325,14 +365,15 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
         host=str(d.get("host", "localhost")),
         port=_int(d.get("port", 80), "port", minimum=0),
         endpoint=endpoint,
-        pre_signed_url_timeout_seconds=_int(d.get("preSignedUrlTimeoutSeconds", 3600),
-                                            "preSignedUrlTimeoutSeconds", minimum=1),
+        pre_signed_url_timeout_seconds=_int(
+            d.get("preSignedUrlTimeoutSeconds", 3600), "preSignedUrlTimeoutSeconds", minimum=1
+        ),
         evaluate_predicate_hints=_bool(d.get("evaluatePredicateHints", True), "evaluatePredicateHints"),
         evaluate_json_predicate_hints=_bool(d.get("evaluateJsonPredicateHints", True), "evaluateJsonPredicateHints"),
-        query_table_page_size_limit=_int(d.get("queryTablePageSizeLimit", 10000), "queryTablePageSizeLimit",
-                                         minimum=1),
-        query_table_page_token_ttl_ms=_int(d.get("queryTablePageTokenTtlMs", 259_200_000),
-                                           "queryTablePageTokenTtlMs", minimum=0),
+        query_table_page_size_limit=_int(d.get("queryTablePageSizeLimit", 10000), "queryTablePageSizeLimit", minimum=1),
+        query_table_page_token_ttl_ms=_int(
+            d.get("queryTablePageTokenTtlMs", 259_200_000), "queryTablePageTokenTtlMs", minimum=0
+        ),
         refresh_token_ttl_ms=_int(d.get("refreshTokenTtlMs", 3_600_000), "refreshTokenTtlMs", minimum=0),
         ssl=ssl,
         storage_options=dict(d.get("storageOptions") or {}),

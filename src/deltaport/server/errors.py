@@ -14,12 +14,21 @@ from deltaport.protocol.lines import error_body
 
 log = logging.getLogger("deltaport.server")
 
-_CODES = {400: "MALFORMED_REQUEST", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "RESOURCE_DOES_NOT_EXIST",
-          405: "MALFORMED_REQUEST", 413: "MALFORMED_REQUEST", 415: "MALFORMED_REQUEST", 422: "MALFORMED_REQUEST"}
+_CODES = {
+    400: "MALFORMED_REQUEST",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "RESOURCE_DOES_NOT_EXIST",
+    405: "MALFORMED_REQUEST",
+    413: "MALFORMED_REQUEST",
+    415: "MALFORMED_REQUEST",
+    422: "MALFORMED_REQUEST",
+}
 
 
-def json_error(status: int, code: str, message: str, *, head: bool = False,
-               headers: dict[str, str] | None = None) -> Response:
+def json_error(
+    status: int, code: str, message: str, *, head: bool = False, headers: dict[str, str] | None = None
+) -> Response:
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="delta-sharing"'}
     body = b"" if head else error_body(code, message)
@@ -33,8 +42,13 @@ async def deltaport_error(request: Request, exc: DeltaportError) -> Response:
         status = 401
     if isinstance(exc, StorageUnavailable):  # may pass: the client is told when to try again
         log.warning("storage unavailable on %s %s: %s", request.method, request.url.path, exc.operator_message)
-        return json_error(503, exc.error_code, public_message(exc), head=request.method == "HEAD",
-                          headers={"Retry-After": str(exc.retry_after_seconds)})
+        return json_error(
+            503,
+            exc.error_code,
+            public_message(exc),
+            head=request.method == "HEAD",
+            headers={"Retry-After": str(exc.retry_after_seconds)},
+        )
     if status >= 500:
         log.error("internal error on %s %s: %s", request.method, request.url.path, exc.operator_message)
         return json_error(500, "INTERNAL_ERROR", "", head=request.method == "HEAD")

@@ -36,8 +36,8 @@ log = logging.getLogger(__name__)
 
 #: How a chunk's inputs become canonical URIs (relative to the table's URL prefix).
 ORDINARY = "ordinary"  # log paths of unreserved characters and '=': only '=' is encoded
-ENCODE = "encode"      # any other log paths: percent-decoded, then S3-encoded segment by segment
-AS_IS = "as-is"        # the inputs are canonical URIs already (cached from an earlier response)
+ENCODE = "encode"  # any other log paths: percent-decoded, then S3-encoded segment by segment
+AS_IS = "as-is"  # the inputs are canonical URIs already (cached from an earlier response)
 
 
 class FileKeys(NamedTuple):
@@ -69,8 +69,7 @@ def key_files(paths: list[bytes], *, id_hash: str | None, uri_mode: str, batch: 
     return FileKeys(ids, signatures, uris if uri_mode == ENCODE else None)
 
 
-def key_packed(data: bytes, offsets: bytes, id_hash: str | None, uri_mode: str,
-                batch: BatchSigning | None) -> FileKeys:
+def key_packed(data: bytes, offsets: bytes, id_hash: str | None, uri_mode: str, batch: BatchSigning | None) -> FileKeys:
     """:func:`key_files` on paths packed as one buffer and their int64 offsets (cheap to send, and
     cheaper to split than an Arrow array is to turn into Python objects)."""
     ends = memoryview(offsets).cast("q")
@@ -109,12 +108,14 @@ class KeyingPool:
         started = self._started
         return not self._broken and started is not None and started.done() and started.exception() is None
 
-    def submit(self, data: bytes, offsets: bytes, *, id_hash: str | None, uri_mode: str,
-               batch: BatchSigning | None) -> Future | None:
-        if not self.running:
+    def submit(
+        self, data: bytes, offsets: bytes, *, id_hash: str | None, uri_mode: str, batch: BatchSigning | None
+    ) -> Future | None:
+        executor = self._executor
+        if not self.running or executor is None:
             return None
         try:
-            future = self._executor.submit(key_packed, data, offsets, id_hash, uri_mode, batch)
+            future = executor.submit(key_packed, data, offsets, id_hash, uri_mode, batch)
         except Exception as exc:  # BrokenProcessPool, or shut down meanwhile
             self.failed(exc)
             return None
@@ -125,8 +126,7 @@ class KeyingPool:
         """Stop using the pool after a worker failure; responses go on without it."""
         if not self._broken:
             self._broken = True
-            log.warning("file keying worker failed (%s: %s); continuing in the server process",
-                        type(exc).__name__, exc)
+            log.warning("file keying worker failed (%s: %s); continuing in the server process", type(exc).__name__, exc)
 
     def close(self) -> None:
         with self._lock:

@@ -34,8 +34,12 @@ class HotTableCalls:
     def __init__(self, app, *, prefix: str, calls: dict[str, Call]) -> None:
         self.app = app
         self.calls = calls
-        self.pattern = re.compile(re.escape(prefix) + r"/shares/([^/]+)/schemas/([^/]+)/tables/([^/]+)/("
-                                  + "|".join(map(re.escape, calls)) + r")")
+        self.pattern = re.compile(
+            re.escape(prefix)
+            + r"/shares/([^/]+)/schemas/([^/]+)/tables/([^/]+)/("
+            + "|".join(map(re.escape, calls))
+            + r")"
+        )
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):

@@ -76,8 +76,10 @@ def pipelined(source: Iterator[T], stage: Callable[[T], U], depth: int = 2) -> I
             if not _put(results, out, stop):
                 return
 
-    threads = [threading.Thread(target=produce, name="deltaport-pipeline-source", daemon=True),
-               threading.Thread(target=transform, name="deltaport-pipeline-stage", daemon=True)]
+    threads = [
+        threading.Thread(target=produce, name="deltaport-pipeline-source", daemon=True),
+        threading.Thread(target=transform, name="deltaport-pipeline-stage", daemon=True),
+    ]
 
     def consume() -> Iterator[U]:
         for t in threads:

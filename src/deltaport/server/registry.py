@@ -74,8 +74,10 @@ class Registry:
         if not cfg.auth_enabled:
             return Principal("anonymous", None)
         if not authorization or not authorization.lower().startswith("bearer "):
-            raise Unauthenticated("Missing bearer token: send the header 'Authorization: Bearer <token>' "
-                                  "with the token from your recipient profile.")
+            raise Unauthenticated(
+                "Missing bearer token: send the header 'Authorization: Bearer <token>' "
+                "with the token from your recipient profile."
+            )
         digest = hash_token(authorization[7:].strip())
         found = None
         for recipient in cfg.recipients:  # check every token, whatever matches, so timing tells nothing
@@ -112,8 +114,10 @@ class Registry:
     def table(self, who: Principal, share: str, schema: str, table: str) -> SharedTable:
         st = self._tables.get((share.lower(), schema.lower(), table.lower()))
         if st is None or not who.may_see(st.share.name):
-            raise ResourceNotFound(f"[Share/Schema/Table] '{share}/{schema}/{table}' does not exist, "
-                                   "please contact your share provider for further information.")
+            raise ResourceNotFound(
+                f"[Share/Schema/Table] '{share}/{schema}/{table}' does not exist, "
+                "please contact your share provider for further information."
+            )
         return st
 
     def by_key(self, key: str) -> SharedTable | None:
@@ -121,8 +125,9 @@ class Registry:
 
     # --- list pagination --------------------------------------------------------------------
 
-    def paginate(self, who: Principal, what: str, items: list[Any], max_results: int,
-                 page_token: str | None) -> tuple[list[Any], str | None]:
+    def paginate(
+        self, who: Principal, what: str, items: list[Any], max_results: int, page_token: str | None
+    ) -> tuple[list[Any], str | None]:
         binding = TokenBinding(who.name, f"list:{what}".lower())
         start = 0
         if page_token:
@@ -133,6 +138,7 @@ class Registry:
         end = start + max_results
         next_token = None
         if end < len(items) or (max_results == 0 and items and start < len(items)):
-            next_token = self.codec.encode("list", binding, {"o": end if max_results else start},
-                                           ttl_ms=self.config.query_table_page_token_ttl_ms)
+            next_token = self.codec.encode(
+                "list", binding, {"o": end if max_results else start}, ttl_ms=self.config.query_table_page_token_ttl_ms
+            )
         return items[start:end], next_token

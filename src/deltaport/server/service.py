@@ -28,10 +28,10 @@ from deltaport.protocol.requests import (
     parse_max_results,
     parse_version_param,
 )
-from deltaport.server.config import ServerConfig
-from deltaport.server.registry import Principal, Registry, SharedTable
 from deltaport.server.columnar_lines import ColumnarLines
+from deltaport.server.config import ServerConfig
 from deltaport.server.file_keys import KeyingPool
+from deltaport.server.registry import Principal, Registry, SharedTable
 from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.translate import FileLineMaker, choose_format, header_lines
 from deltaport.signing.local import LocalFileSigner
@@ -60,8 +60,10 @@ def parse_fileidhash(value: str | None) -> str | None:
 
 
 def _history_error(st: SharedTable) -> InvalidParameter:
-    return InvalidParameter("Reading table by version or timestamp is not supported because history sharing "
-                            f"is not enabled on table: {st.full_name}")
+    return InvalidParameter(
+        "Reading table by version or timestamp is not supported because history sharing "
+        f"is not enabled on table: {st.full_name}"
+    )
 
 
 def _binding(who: Principal, st: SharedTable) -> TokenBinding:
@@ -75,14 +77,22 @@ def _timestamp_ms(value: str, name: str) -> int:
             raise ValueError(value)
         return parse_timestamp(value)
     except (ValueError, TypeError):
-        raise InvalidParameter(f"Invalid {name}: {value!r} is not an ISO-8601 timestamp with a zone, "
-                               "e.g. 2024-05-01T00:00:00Z") from None
+        raise InvalidParameter(
+            f"Invalid {name}: {value!r} is not an ISO-8601 timestamp with a zone, e.g. 2024-05-01T00:00:00Z"
+        ) from None
 
 
 class SharingService:
-    def __init__(self, config: ServerConfig, *, signer_factory: SignerFactory, cache: SnapshotCache,
-                 codec: TokenCodec, clock: Callable[[], float] = time.time,
-                 keying: KeyingPool | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        signer_factory: SignerFactory,
+        cache: SnapshotCache,
+        codec: TokenCodec,
+        clock: Callable[[], float] = time.time,
+        keying: KeyingPool | None = None,
+    ) -> None:
         self.config = config
         self.cache = cache
         self.codec = codec
@@ -108,10 +118,15 @@ class SharingService:
 
     def list_schemas(self, who: Principal, share: str, max_results: str | None, page_token: str | None) -> Reply:
         s = self.registry.share(who, share)
-        page, token = self.registry.paginate(who, f"schemas:{s.name}", list(s.schemas),
-                                             parse_max_results(max_results), page_token)
-        return Reply(json={"items": [{"name": sc.name, "share": s.name} for sc in page],
-                           **({"nextPageToken": token} if token else {})})
+        page, token = self.registry.paginate(
+            who, f"schemas:{s.name}", list(s.schemas), parse_max_results(max_results), page_token
+        )
+        return Reply(
+            json={
+                "items": [{"name": sc.name, "share": s.name} for sc in page],
+                **({"nextPageToken": token} if token else {}),
+            }
+        )
 
     def _table_item(self, share, schema, table) -> dict[str, Any]:
         item = {"name": table.name, "schema": schema.name, "share": share.name}
@@ -121,21 +136,29 @@ class SharingService:
             item["shareId"] = share.id
         return item
 
-    def list_tables(self, who: Principal, share: str, schema: str, max_results: str | None,
-                    page_token: str | None) -> Reply:
+    def list_tables(
+        self, who: Principal, share: str, schema: str, max_results: str | None, page_token: str | None
+    ) -> Reply:
         s, sc = self.registry.schema(who, share, schema)
-        page, token = self.registry.paginate(who, f"tables:{s.name}:{sc.name}", list(sc.tables),
-                                             parse_max_results(max_results), page_token)
-        return Reply(json={"items": [self._table_item(s, sc, t) for t in page],
-                           **({"nextPageToken": token} if token else {})})
+        page, token = self.registry.paginate(
+            who, f"tables:{s.name}:{sc.name}", list(sc.tables), parse_max_results(max_results), page_token
+        )
+        return Reply(
+            json={"items": [self._table_item(s, sc, t) for t in page], **({"nextPageToken": token} if token else {})}
+        )
 
     def list_all_tables(self, who: Principal, share: str, max_results: str | None, page_token: str | None) -> Reply:
         s = self.registry.share(who, share)
         all_items = [(sc, t) for sc in s.schemas for t in sc.tables]
-        page, token = self.registry.paginate(who, f"all-tables:{s.name}", all_items,
-                                             parse_max_results(max_results), page_token)
-        return Reply(json={"items": [self._table_item(s, sc, t) for sc, t in page],
-                           **({"nextPageToken": token} if token else {})})
+        page, token = self.registry.paginate(
+            who, f"all-tables:{s.name}", all_items, parse_max_results(max_results), page_token
+        )
+        return Reply(
+            json={
+                "items": [self._table_item(s, sc, t) for sc, t in page],
+                **({"nextPageToken": token} if token else {}),
+            }
+        )
 
     # --- table version and metadata ---------------------------------------------------------
 
@@ -146,8 +169,9 @@ class SharingService:
         if version < st.config.start_version:
             raise InvalidParameter(f"You can only query table {what} since version {st.config.start_version}.")
 
-    def table_version(self, who: Principal, share: str, schema: str, table: str,
-                      starting_timestamp: str | None) -> Reply:
+    def table_version(
+        self, who: Principal, share: str, schema: str, table: str, starting_timestamp: str | None
+    ) -> Reply:
         st = self.registry.table(who, share, schema, table)
         dt = self._delta(st)
         if starting_timestamp is None:
@@ -170,8 +194,16 @@ class SharingService:
         self._check_start_version(st, snap.version)
         return snap
 
-    def metadata(self, who: Principal, share: str, schema: str, table: str, version: str | None,
-                 timestamp: str | None, capabilities: str | None) -> Reply:
+    def metadata(
+        self,
+        who: Principal,
+        share: str,
+        schema: str,
+        table: str,
+        version: str | None,
+        timestamp: str | None,
+        capabilities: str | None,
+    ) -> Reply:
         caps = Capabilities.parse(capabilities)
         v = parse_version_param("version", version)
         if v is not None and timestamp is not None:
@@ -179,14 +211,18 @@ class SharingService:
         st = self.registry.table(who, share, schema, table)
         snap = self._snapshot(st, v, timestamp)
         fmt = choose_format(caps, snap.config)
-        body = header_lines(snap.config, fmt, history_shared=st.config.history_shared,
-                            version=snap.version if (v is not None or timestamp is not None) else None,
-                            size=snap.size_in_bytes, num_files=snap.num_files)
-        return Reply(headers=self._table_headers(snap.version, caps, fmt, None), stream=body)
+        body = header_lines(
+            snap.config,
+            fmt,
+            history_shared=st.config.history_shared,
+            version=snap.version if (v is not None or timestamp is not None) else None,
+            size=snap.size_in_bytes,
+            num_files=snap.num_files,
+        )
+        return Reply(headers=self._table_headers(snap.version, caps, fmt, None), stream=iter(body))
 
     def _table_headers(self, version: int, caps: Capabilities, fmt: str, id_hash_header: str | None) -> dict[str, str]:
-        headers = {lines.VERSION_HEADER: str(version), "Content-Type": lines.NDJSON,
-                   HEADER: caps.response_header(fmt)}
+        headers = {lines.VERSION_HEADER: str(version), "Content-Type": lines.NDJSON, HEADER: caps.response_header(fmt)}
         if id_hash_header is not None:
             headers["fileidhash"] = id_hash_header
         return headers
@@ -207,17 +243,29 @@ class SharingService:
             return None
         return parts[0] if len(parts) == 1 else And(tuple(parts))
 
-    def query(self, who: Principal, share: str, schema: str, table: str, body: bytes, capabilities: str | None,
-              fileidhash: str | None, base_url: str) -> Reply:
+    def query(
+        self,
+        who: Principal,
+        share: str,
+        schema: str,
+        table: str,
+        body: bytes,
+        capabilities: str | None,
+        fileidhash: str | None,
+        base_url: str,
+    ) -> Reply:
         req = QueryRequest.parse(body)
         caps = Capabilities.parse(capabilities)
         if caps.async_query:
-            raise UnsupportedOperation("asynchronous queries are not supported by this server: send the query "
-                                       "without asyncquery=true in delta-sharing-capabilities")
+            raise UnsupportedOperation(
+                "asynchronous queries are not supported by this server: send the query "
+                "without asyncquery=true in delta-sharing-capabilities"
+            )
         id_hash_header = parse_fileidhash(fileidhash)
         st = self.registry.table(who, share, schema, table)
-        if (req.version is not None or req.timestamp is not None or req.starting_version is not None) \
-                and not st.config.history_shared:
+        if (
+            req.version is not None or req.timestamp is not None or req.starting_version is not None
+        ) and not st.config.history_shared:
             raise _history_error(st)
         if req.starting_version is not None:
             return self._streaming_query(who, st, req, caps, id_hash_header, base_url)
@@ -247,37 +295,72 @@ class SharingService:
             if start > len(indices):
                 raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
             if start + page_size < len(indices):
-                next_token = self.codec.encode("page", binding, {"v": snap.version, "i": start + page_size},
-                                               ttl_ms=self.config.query_table_page_token_ttl_ms, params=checksum)
+                next_token = self.codec.encode(
+                    "page",
+                    binding,
+                    {"v": snap.version, "i": start + page_size},
+                    ttl_ms=self.config.query_table_page_token_ttl_ms,
+                    params=checksum,
+                )
             indices = indices.slice(start, page_size)
         refresh = None
         if req.include_refresh_token:
-            refresh = self.codec.encode("refresh", binding, {"v": snap.version}, ttl_ms=self.config.refresh_token_ttl_ms,
-                                        params=checksum)
-        end_stream = (caps.include_end_stream_action or req.max_files is not None or req.include_refresh_token
-                      or page_size is not None)
+            refresh = self.codec.encode(
+                "refresh", binding, {"v": snap.version}, ttl_ms=self.config.refresh_token_ttl_ms, params=checksum
+            )
+        end_stream = (
+            caps.include_end_stream_action
+            or req.max_files is not None
+            or req.include_refresh_token
+            or page_size is not None
+        )
         time_travel = req.version is not None or req.timestamp is not None
         signer = self.signer_factory(st, base_url)
-        head = header_lines(snap.config, fmt, history_shared=st.config.history_shared,
-                            version=snap.version if time_travel else None, size=snap.size_in_bytes,
-                            num_files=snap.num_files)
+        head = header_lines(
+            snap.config,
+            fmt,
+            history_shared=st.config.history_shared,
+            version=snap.version if time_travel else None,
+            size=snap.size_in_bytes,
+            num_files=snap.num_files,
+        )
         now = self.clock()
         if fmt == PARQUET and isinstance(signer, LocalFileSigner) and _plain_files(snap):
-            files, min_expiry = self.columnar.lines(snap, indices, signer,
-                                                    expires_in=self.config.pre_signed_url_timeout_seconds, now=now,
-                                                    id_hash=id_hash_header or fmt,
-                                                    version=snap.version if time_travel else None)
+            files: Iterator[bytes | memoryview]
+            files, min_expiry = self.columnar.lines(
+                snap,
+                indices,
+                signer,
+                expires_in=self.config.pre_signed_url_timeout_seconds,
+                now=now,
+                id_hash=id_hash_header or fmt,
+                version=snap.version if time_travel else None,
+            )
             expiry_ms = lambda: min_expiry  # noqa: E731
         else:
-            maker = FileLineMaker(table_uri=snap.table_uri, signer=signer,
-                                  expires_in=self.config.pre_signed_url_timeout_seconds, fmt=fmt,
-                                  id_hash=id_hash_header or fmt, now=now)
+            maker = FileLineMaker(
+                table_uri=snap.table_uri,
+                signer=signer,
+                expires_in=self.config.pre_signed_url_timeout_seconds,
+                fmt=fmt,
+                id_hash=id_hash_header or fmt,
+                now=now,
+            )
             files = maker.snapshot_lines(snap, indices, version=snap.version if time_travel else None)
             expiry_ms = lambda: maker.expiry.min_ms  # noqa: E731
-        tail = (lambda: lines.end_stream(refresh_token=refresh, next_page_token=next_token,
-                                         min_url_expiration_timestamp=expiry_ms())) if end_stream else None
-        return Reply(headers=self._table_headers(snap.version, caps, fmt, id_hash_header),
-                     stream=_stream(head, files, tail, end_stream))
+        tail = (
+            (
+                lambda: lines.end_stream(
+                    refresh_token=refresh, next_page_token=next_token, min_url_expiration_timestamp=expiry_ms()
+                )
+            )
+            if end_stream
+            else None
+        )
+        return Reply(
+            headers=self._table_headers(snap.version, caps, fmt, id_hash_header),
+            stream=_stream(head, files, tail, end_stream),
+        )
 
     # --- streaming query and change data feed -------------------------------------------------
 
@@ -285,16 +368,22 @@ class SharingService:
         dt = self._delta(st)
         latest = dt.latest_version()
         if start > latest:
-            raise InvalidParameter(f"Provided Start version({start}) for reading change data is invalid. Start "
-                                   f"version cannot be greater than the latest version of the table({latest}).")
+            raise InvalidParameter(
+                f"Provided Start version({start}) for reading change data is invalid. Start "
+                f"version cannot be greater than the latest version of the table({latest})."
+            )
         if end is not None and end > latest:
             if cdf:
                 end = latest  # clamped for /changes, an error for /query
             else:
-                raise InvalidParameter(f"Provided end version({end}) is invalid. End version cannot be greater "
-                                       f"than the latest version of the table({latest}).")
+                raise InvalidParameter(
+                    f"Provided end version({end}) is invalid. End version cannot be greater "
+                    f"than the latest version of the table({latest})."
+                )
         if end is not None and end < start:
-            raise InvalidParameter(f"CDF range from start {start} to end {end} was invalid. End cannot be before start.")
+            raise InvalidParameter(
+                f"CDF range from start {start} to end {end} was invalid. End cannot be before start."
+            )
         return dt.changes(start, end), latest
 
     def _page_size(self, max_files: int | None, *, paged: bool) -> int | None:
@@ -305,9 +394,17 @@ class SharingService:
         limit = self.config.query_table_page_size_limit
         return min(max_files or limit, limit)
 
-    def _paged_change_plan(self, who: Principal, st: SharedTable, start: int, end: int | None,
-                           page_token: str | None, checksum_params: dict[str, Any], *,
-                           cdf: bool) -> tuple[list, int, tuple[int, int]]:
+    def _paged_change_plan(
+        self,
+        who: Principal,
+        st: SharedTable,
+        start: int,
+        end: int | None,
+        page_token: str | None,
+        checksum_params: dict[str, Any],
+        *,
+        cdf: bool,
+    ) -> tuple[list, int, tuple[int, int]]:
         """The changes of a streaming query or /changes, where a page token resumes in them, and
         the (end, latest) versions its next page token must pin: a later page reads the range the
         first page read, whatever commits landed since."""
@@ -322,14 +419,18 @@ class SharingService:
         return changes, begin, pinned
 
     def _streaming_query(self, who, st, req: QueryRequest, caps, id_hash_header, base_url) -> Reply:
+        assert req.starting_version is not None  # a streaming query is one with a startingVersion
         self._check_start_version(st, req.starting_version)
-        changes, begin, pinned = self._paged_change_plan(who, st, req.starting_version, req.ending_version,
-                                                         req.page_token, req.checksum_params(), cdf=False)
+        changes, begin, pinned = self._paged_change_plan(
+            who, st, req.starting_version, req.ending_version, req.page_token, req.checksum_params(), cdf=False
+        )
         start_cfg = self._delta(st).config_at(req.starting_version)
         for c in changes:
             if c.protocol is not None and c.protocol.min_reader_version > 3:
-                raise UnsupportedOperation(f"Delta protocol version ({c.protocol.min_reader_version},"
-                                           f"{c.protocol.min_writer_version}) is too new for this server")
+                raise UnsupportedOperation(
+                    f"Delta protocol version ({c.protocol.min_reader_version},"
+                    f"{c.protocol.min_writer_version}) is too new for this server"
+                )
         fmt = choose_format(caps, start_cfg)
         historical_protocol = req.include_historical_protocol and fmt == DELTA
         entries: list[tuple[str, Any, Any]] = []
@@ -341,13 +442,35 @@ class SharingService:
             for kind in ("add", "remove"):
                 for action in c.actions(kind, data_change_only=True):
                     entries.append((kind, c, action))
-        return self._change_reply(who, st, req.starting_version, start_cfg, fmt, caps, id_hash_header, base_url,
-                                  entries, req.max_files, begin, pinned, req.checksum_params(),
-                                  metadata_version=True,
-                                  protocol_version=req.starting_version if historical_protocol else None)
+        return self._change_reply(
+            who,
+            st,
+            req.starting_version,
+            start_cfg,
+            fmt,
+            caps,
+            id_hash_header,
+            base_url,
+            entries,
+            req.max_files,
+            begin,
+            pinned,
+            req.checksum_params(),
+            metadata_version=True,
+            protocol_version=req.starting_version if historical_protocol else None,
+        )
 
-    def changes(self, who: Principal, share: str, schema: str, table: str, params: dict[str, str | None],
-                capabilities: str | None, base_url: str, fileidhash: str | None = None) -> Reply:
+    def changes(
+        self,
+        who: Principal,
+        share: str,
+        schema: str,
+        table: str,
+        params: dict[str, str | None],
+        capabilities: str | None,
+        base_url: str,
+        fileidhash: str | None = None,
+    ) -> Reply:
         caps = Capabilities.parse(capabilities)
         id_hash_header = parse_fileidhash(fileidhash)
         sv = parse_version_param("startingVersion", params.get("startingVersion"))
@@ -359,16 +482,21 @@ class SharingService:
             try:
                 mf = int(max_files)
             except ValueError:
-                raise InvalidParameter("expected a number but the string didn't have the appropriate format: "
-                                       f"maxFiles={max_files!r}") from None
+                raise InvalidParameter(
+                    f"expected a number but the string didn't have the appropriate format: maxFiles={max_files!r}"
+                ) from None
             if mf <= 0:
                 raise InvalidParameter("maxFiles must be positive.")
         if sv is not None and st_ts is not None:
-            raise InvalidParameter("Multiple starting arguments provided for CDF read. Please provide one of "
-                                   "either startingTimestamp or startingVersion.")
+            raise InvalidParameter(
+                "Multiple starting arguments provided for CDF read. Please provide one of "
+                "either startingTimestamp or startingVersion."
+            )
         if ev is not None and en_ts is not None:
-            raise InvalidParameter("Multiple ending arguments provided for CDF read. Please provide one of either "
-                                   "endingTimestamp or endingVersion.")
+            raise InvalidParameter(
+                "Multiple ending arguments provided for CDF read. Please provide one of either "
+                "endingTimestamp or endingVersion."
+            )
         if sv is None and st_ts is None:
             raise InvalidParameter("No startingVersion or startingTimestamp provided for CDF read.")
         st = self.registry.table(who, share, schema, table)
@@ -377,18 +505,25 @@ class SharingService:
         dt = self._delta(st)
         try:
             if st_ts is not None:
-                sv = dt.history().version_at_or_after(_timestamp_ms(st_ts, "startingTimestamp"),
-                                                      allow_before_earliest=False)
+                sv = dt.history().version_at_or_after(
+                    _timestamp_ms(st_ts, "startingTimestamp"), allow_before_earliest=False
+                )
             if en_ts is not None:
                 ev = dt.history().version_at_or_before(_timestamp_ms(en_ts, "endingTimestamp"), allow_after_latest=True)
         except TimestampOutOfRange as exc:
             raise InvalidParameter(str(exc)) from None
+        assert sv is not None  # given, or resolved from startingTimestamp above
         self._check_start_version(st, sv, "changes")
         historical = parse_bool_param(params.get("includeHistoricalMetadata"))
         asked_protocol = parse_bool_param(params.get("includeHistoricalProtocol"))
-        checksum = {"startingVersion": sv, "endingVersion": ev, "startingTimestamp": st_ts,
-                    "endingTimestamp": en_ts, "includeHistoricalMetadata": historical,
-                    "includeHistoricalProtocol": asked_protocol}
+        checksum = {
+            "startingVersion": sv,
+            "endingVersion": ev,
+            "startingTimestamp": st_ts,
+            "endingTimestamp": en_ts,
+            "includeHistoricalMetadata": historical,
+            "includeHistoricalProtocol": asked_protocol,
+        }
         changes, begin, pinned = self._paged_change_plan(who, st, sv, ev, params.get("pageToken"), checksum, cdf=True)
         latest = pinned[1]
         end = changes[-1].version if changes else sv
@@ -397,8 +532,10 @@ class SharingService:
             cfg = start_cfg if c is None else c.config
             if not cfg.change_data_feed_enabled:
                 v = sv if c is None else c.version
-                raise InvalidParameter(f"Error getting change data for range [{sv}, {end}] as change data was not "
-                                       f"recorded for version [{v}]")
+                raise InvalidParameter(
+                    f"Error getting change data for range [{sv}, {end}] as change data was not "
+                    f"recorded for version [{v}]"
+                )
         head_cfg = start_cfg if historical else dt.config_at(latest)
         fmt = choose_format(caps, head_cfg)
         historical_protocol = asked_protocol and fmt == DELTA
@@ -413,14 +550,43 @@ class SharingService:
             elif not _empty_merge(c):
                 for kind in ("add", "remove"):
                     entries.extend((kind, c, a) for a in c.actions(kind, data_change_only=True))
-        return self._change_reply(who, st, sv, head_cfg, fmt, caps, id_hash_header, base_url, entries, mf,
-                                  begin, pinned, checksum,
-                                  metadata_version=latest if not historical else True,
-                                  protocol_version=sv if historical_protocol else None)
+        return self._change_reply(
+            who,
+            st,
+            sv,
+            head_cfg,
+            fmt,
+            caps,
+            id_hash_header,
+            base_url,
+            entries,
+            mf,
+            begin,
+            pinned,
+            checksum,
+            metadata_version=latest if not historical else True,
+            protocol_version=sv if historical_protocol else None,
+        )
 
-    def _change_reply(self, who, st, start_version, head_cfg, fmt, caps, id_hash_header, base_url, entries,
-                      max_files, begin: int, pinned: tuple[int, int], checksum_params, *, metadata_version,
-                      protocol_version: int | None = None) -> Reply:
+    def _change_reply(
+        self,
+        who,
+        st,
+        start_version,
+        head_cfg,
+        fmt,
+        caps,
+        id_hash_header,
+        base_url,
+        entries,
+        max_files,
+        begin: int,
+        pinned: tuple[int, int],
+        checksum_params,
+        *,
+        metadata_version,
+        protocol_version: int | None = None,
+    ) -> Reply:
         """The response of a streaming query or /changes; ``pinned`` = (end, latest) versions its
         page tokens carry, so later pages read the same range even if the table moves on."""
         binding = _binding(who, st)
@@ -432,15 +598,24 @@ class SharingService:
         size = self._page_size(max_files, paged=paged)
         if size is not None:
             if begin + size < len(entries):
-                next_token = self.codec.encode("page", binding, {"i": begin + size, "e": pinned[0], "l": pinned[1]},
-                                               ttl_ms=self.config.query_table_page_token_ttl_ms, params=checksum)
-            entries = entries[begin:begin + size]
+                next_token = self.codec.encode(
+                    "page",
+                    binding,
+                    {"i": begin + size, "e": pinned[0], "l": pinned[1]},
+                    ttl_ms=self.config.query_table_page_token_ttl_ms,
+                    params=checksum,
+                )
+            entries = entries[begin : begin + size]
         head_version = start_version if metadata_version is True else metadata_version
-        head = header_lines(head_cfg, fmt, history_shared=True, version=head_version,
-                            protocol_version=protocol_version)
-        maker = FileLineMaker(table_uri=self._delta(st).uri, signer=self.signer_factory(st, base_url),
-                              expires_in=self.config.pre_signed_url_timeout_seconds, fmt=fmt,
-                              id_hash=id_hash_header or fmt, now=self.clock())
+        head = header_lines(head_cfg, fmt, history_shared=True, version=head_version, protocol_version=protocol_version)
+        maker = FileLineMaker(
+            table_uri=self._delta(st).uri,
+            signer=self.signer_factory(st, base_url),
+            expires_in=self.config.pre_signed_url_timeout_seconds,
+            fmt=fmt,
+            id_hash=id_hash_header or fmt,
+            now=self.clock(),
+        )
         end_stream = caps.include_end_stream_action or paged
 
         def body() -> Iterator[bytes]:
@@ -452,10 +627,15 @@ class SharingService:
                 else:
                     yield maker.line(kind, action, version=c.version, timestamp=c.timestamp)
 
-        tail = (lambda: lines.end_stream(next_page_token=next_token,
-                                         min_url_expiration_timestamp=maker.expiry.min_ms)) if end_stream else None
-        return Reply(headers=self._table_headers(start_version, caps, fmt, id_hash_header),
-                     stream=_stream(head, body(), tail, end_stream))
+        tail = (
+            (lambda: lines.end_stream(next_page_token=next_token, min_url_expiration_timestamp=maker.expiry.min_ms))
+            if end_stream
+            else None
+        )
+        return Reply(
+            headers=self._table_headers(start_version, caps, fmt, id_hash_header),
+            stream=_stream(head, body(), tail, end_stream),
+        )
 
 
 def _check_paths_inside(snap: Snapshot) -> None:
@@ -488,8 +668,9 @@ def _empty_merge(change) -> bool:
     return all(str(m.get(k, "")) == "0" for k in keys)
 
 
-def _stream(head: list[bytes], files: Iterator[bytes | memoryview], tail,
-            end_stream: bool) -> Iterator[bytes | memoryview]:
+def _stream(
+    head: list[bytes], files: Iterator[bytes | memoryview], tail, end_stream: bool
+) -> Iterator[bytes | memoryview]:
     yield b"".join(head)
     try:
         yield from files

@@ -37,7 +37,8 @@ def self_signed_certificate(directory: Path, host: str) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = directory / "server.crt", directory / "server.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     key_path.chmod(0o600)
     return cert_path, key_path

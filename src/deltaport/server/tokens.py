@@ -66,12 +66,18 @@ class TokenCodec:
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    def encode(self, kind: str, binding: TokenBinding, data: dict[str, Any], *, ttl_ms: int,
-               params: str = "") -> str:
-        payload = orjson.dumps({
-            "k": kind, "r": binding.recipient, "t": binding.table, "i": binding.table_id,
-            "q": params, "e": self.now_ms() + ttl_ms, "d": data,
-        })
+    def encode(self, kind: str, binding: TokenBinding, data: dict[str, Any], *, ttl_ms: int, params: str = "") -> str:
+        payload = orjson.dumps(
+            {
+                "k": kind,
+                "r": binding.recipient,
+                "t": binding.table,
+                "i": binding.table_id,
+                "q": params,
+                "e": self.now_ms() + ttl_ms,
+                "d": data,
+            }
+        )
         mac = hmac.new(self._secret, payload, hashlib.sha256).digest()
         return f"{_b64(payload)}.{_b64(mac)}"
 

@@ -23,8 +23,13 @@ from deltaport.server.file_keys import digest_for
 
 #: reader features a table may need, as (capability name, test on the table)
 _NEEDS = (
-    ("deletionvectors", lambda c: c.protocol.has_reader_feature("deletionVectors")
-     or (c.configuration.get("delta.enableDeletionVectors") or "false").lower() == "true"),
+    (
+        "deletionvectors",
+        lambda c: (
+            c.protocol.has_reader_feature("deletionVectors")
+            or (c.configuration.get("delta.enableDeletionVectors") or "false").lower() == "true"
+        ),
+    ),
     ("columnmapping", lambda c: c.column_mapping_mode != "none"),
 )
 
@@ -59,8 +64,16 @@ def file_id(path: str, hash_name: str) -> str:
     return digest_for(hash_name)(path.encode()).hexdigest()
 
 
-def header_lines(config: TableConfig, fmt: str, *, history_shared: bool, version: int | None = None,
-                 size: int | None = None, num_files: int | None = None, protocol_version: int | None = None) -> list[bytes]:
+def header_lines(
+    config: TableConfig,
+    fmt: str,
+    *,
+    history_shared: bool,
+    version: int | None = None,
+    size: int | None = None,
+    num_files: int | None = None,
+    protocol_version: int | None = None,
+) -> list[bytes]:
     """The protocol and metaData lines."""
     md = config.metadata
     if fmt == DELTA:
@@ -73,10 +86,15 @@ def header_lines(config: TableConfig, fmt: str, *, history_shared: bool, version
     return [
         lines.protocol_parquet(),
         lines.metadata_parquet(
-            id=md.id, name=md.name, description=md.description,
-            schema_string=orjson.dumps(schema).decode(), partition_columns=md.partition_columns,
+            id=md.id,
+            name=md.name,
+            description=md.description,
+            schema_string=orjson.dumps(schema).decode(),
+            partition_columns=md.partition_columns,
             configuration={"enableChangeDataFeed": "true"} if cdf else {},
-            version=version, size=size, num_files=num_files,
+            version=version,
+            size=size,
+            num_files=num_files,
         ),
     ]
 
@@ -107,7 +125,7 @@ class FileLineMaker:
     def _relative(self, path: str) -> str:
         if "://" in path:
             if path.startswith(self.table_uri):
-                path = path[len(self.table_uri):]
+                path = path[len(self.table_uri) :]
             else:
                 raise UnsupportedOperation("Table contains absolute paths outside its root and cannot be shared")
         return unquote(path)
@@ -126,8 +144,9 @@ class FileLineMaker:
         url, expiration = self._sign(desc.relative_path())
         return {**dv, "storageType": "p", "pathOrInlineDv": url}, expiration
 
-    def line(self, kind: str, action: dict[str, Any], *, version: int | None = None,
-             timestamp: int | None = None) -> bytes:
+    def line(
+        self, kind: str, action: dict[str, Any], *, version: int | None = None, timestamp: int | None = None
+    ) -> bytes:
         """One line for a log action of ``kind`` (add/remove/cdc) in the chosen format."""
         path = action["path"]
         fid = file_id(path, self.id_hash)
@@ -139,18 +158,36 @@ class FileLineMaker:
                 out["deletionVector"], dv_expiration = self._presign_dv(out["deletionVector"])
                 if dv_expiration is not None:  # the line is good until its first URL expires
                     expiration = min(expiration, dv_expiration)
-            return lines.file_delta(kind, out, id=fid, version=version, timestamp=timestamp,
-                                    expiration_timestamp=expiration)
+            return lines.file_delta(
+                kind, out, id=fid, version=version, timestamp=timestamp, expiration_timestamp=expiration
+            )
         if action.get("deletionVector"):
-            raise UnsupportedOperation("Deletion Vector property disabled: files with deletion vectors need the "
-                                       "delta response format (responseformat=delta;readerfeatures=deletionvectors)")
+            raise UnsupportedOperation(
+                "Deletion Vector property disabled: files with deletion vectors need the "
+                "delta response format (responseformat=delta;readerfeatures=deletionvectors)"
+            )
         wire_kind = {"add": "add", "remove": "remove", "cdc": "cdf", "file": "file"}[kind]
-        return lines.file_parquet(wire_kind, url=url, id=fid, partition_values=action.get("partitionValues") or {},
-                                  size=action["size"], stats=action.get("stats") if kind in ("add", "file") else None,
-                                  expiration_timestamp=expiration, version=version, timestamp=timestamp)
+        return lines.file_parquet(
+            wire_kind,
+            url=url,
+            id=fid,
+            partition_values=action.get("partitionValues") or {},
+            size=action["size"],
+            stats=action.get("stats") if kind in ("add", "file") else None,
+            expiration_timestamp=expiration,
+            version=version,
+            timestamp=timestamp,
+        )
 
-    def snapshot_lines(self, snapshot: Snapshot, indices: Iterable[int] | Any, *, version: int | None = None,
-                       timestamp: int | None = None, batch: int = 2048) -> Iterator[bytes]:
+    def snapshot_lines(
+        self,
+        snapshot: Snapshot,
+        indices: Iterable[int] | Any,
+        *,
+        version: int | None = None,
+        timestamp: int | None = None,
+        batch: int = 2048,
+    ) -> Iterator[bytes]:
         """Lines for the snapshot files at ``indices``, in batches of joined lines."""
         kind = "add" if self.fmt == DELTA else "file"
         buf: list[bytes] = []

@@ -46,8 +46,16 @@ def signer_for(
     with its own credentials (an :class:`ObstoreSigner`).
     """
     if isinstance(store, LocalStore):
-        missing = [name for name, value in (("base_url", base_url), ("table_key", table_key),
-                                            ("access_key", access_key), ("secret", secret)) if not value]
+        missing = [
+            name
+            for name, value in (
+                ("base_url", base_url),
+                ("table_key", table_key),
+                ("access_key", access_key),
+                ("secret", secret),
+            )
+            if not value
+        ]
         if missing:
             raise ValueError(f"a local table's files are served by the server: signer_for needs {', '.join(missing)}")
         return LocalFileSigner(base_url, table_key, access_key, secret)  # type: ignore[arg-type]

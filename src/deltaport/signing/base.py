@@ -65,8 +65,14 @@ def check_relative_path(path: str, *, allow_backslash: bool = False) -> str:
     if not isinstance(path, str) or not path:
         raise PermissionDenied("file path is empty")
     # Fast path: nothing that could be refused below (details are worked out only on a hit).
-    if path[0] not in "/." and path[-1] != "/" and path[1:2] != ":" and "/." not in path and "//" not in path \
-            and _BAD_CHAR.search(path) is None:
+    if (
+        path[0] not in "/."
+        and path[-1] != "/"
+        and path[1:2] != ":"
+        and "/." not in path
+        and "//" not in path
+        and _BAD_CHAR.search(path) is None
+    ):
         return path
     if _CONTROL.search(path):
         raise PermissionDenied(f"file path {path!r} contains a control character")

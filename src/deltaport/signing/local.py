@@ -25,7 +25,11 @@ __all__ = ["LocalFileSigner"]
 def _table_key_problem(table_key: object) -> str | None:
     if not isinstance(table_key, str) or not table_key:
         return "table key is empty"
-    if table_key in (".", "..") or any(c in table_key for c in "/\\") or any(ord(c) < 32 or ord(c) == 127 for c in table_key):
+    if (
+        table_key in (".", "..")
+        or any(c in table_key for c in "/\\")
+        or any(ord(c) < 32 or ord(c) == 127 for c in table_key)
+    ):
         return f"table key {table_key!r} must be one path segment without '/', '\\' or control characters"
     return None
 
@@ -69,7 +73,7 @@ class LocalFileSigner:
     def __repr__(self) -> str:
         return f"LocalFileSigner({self.base_url!r}, table_key={self.table_key!r}, access_key={self.access_key!r})"
 
-    def for_table(self, table_key: str) -> "LocalFileSigner":
+    def for_table(self, table_key: str) -> LocalFileSigner:
         """A signer for another table with the same base URL and key (shares the key cache)."""
         problem = _table_key_problem(table_key)
         if problem:
@@ -133,9 +137,9 @@ class LocalFileSigner:
             raw_path = raw_path.decode("latin-1")
         raw_path = raw_path.split("?", 1)[0]
         if raw_path.startswith(self._files_prefix):
-            rest = raw_path[len(self._files_prefix):]
+            rest = raw_path[len(self._files_prefix) :]
         elif raw_path.startswith("/files/"):
-            rest = raw_path[len("/files/"):]
+            rest = raw_path[len("/files/") :]
         else:
             raise PermissionDenied("not a file URL: the path must start with /files/")
         verify_presigned(

@@ -65,12 +65,16 @@ class ObstoreSigner:
                 try:
                     self._azure_key = base64.b64decode(config["account_key"], validate=True)
                 except ValueError as exc:
-                    raise StorageError("the Azure account key of this table's store is not base64: check "
-                                       "account_key in the server config", location=store.root_uri) from exc
+                    raise StorageError(
+                        "the Azure account key of this table's store is not base64: check "
+                        "account_key in the server config",
+                        location=store.root_uri,
+                    ) from exc
             container = config.get("container_name", "")
             prefix = (raw.prefix or "").strip("/")
             self._azure_blob_prefix = f"/blob/{config.get('account_name', '')}/{container}/" + (
-                f"{prefix}/" if prefix else "")
+                f"{prefix}/" if prefix else ""
+            )
 
     def __repr__(self) -> str:
         return f"ObstoreSigner({self.store.root_uri!r})"
@@ -85,7 +89,8 @@ class ObstoreSigner:
             raise StorageError(
                 f"cannot sign a URL for {what}: the object store refused ({type(exc).__name__}); ask the data "
                 "provider to check the server's storage credentials",
-                detail=detail, location=self.store.root_uri,
+                detail=detail,
+                location=self.store.root_uri,
             ) from exc
 
     def _needs_percent_escape(self) -> bool:
@@ -110,12 +115,27 @@ class ObstoreSigner:
         if "sig" not in fields or "skoid" in fields or fields.get("sr") != "b":
             return url  # a user delegation SAS or an unexpected shape: leave it to obstore
         get = fields.get
-        string_to_sign = "\n".join([
-            get("sp", ""), get("st", ""), get("se", ""), self._azure_blob_prefix + path,
-            get("si", ""), get("sip", ""), get("spr", ""), get("sv", ""), get("sr", ""),
-            get("snapshot", ""), get("ses", ""),
-            get("rscc", ""), get("rscd", ""), get("rsce", ""), get("rscl", ""), get("rsct", ""),
-        ])
+        string_to_sign = "\n".join(
+            [
+                get("sp", ""),
+                get("st", ""),
+                get("se", ""),
+                self._azure_blob_prefix + path,
+                get("si", ""),
+                get("sip", ""),
+                get("spr", ""),
+                get("sv", ""),
+                get("sr", ""),
+                get("snapshot", ""),
+                get("ses", ""),
+                get("rscc", ""),
+                get("rscd", ""),
+                get("rsce", ""),
+                get("rscl", ""),
+                get("rsct", ""),
+            ]
+        )
+        assert self._azure_key is not None  # an Azure store has its account key (checked at start)
         signature = base64.b64encode(hmac.digest(self._azure_key, string_to_sign.encode("utf-8"), "sha256"))
         new_sig = signature.decode("ascii").replace("+", "%2B").replace("/", "%2F").replace("=", "%3D")
         query = "&".join(f"{k}={new_sig}" if k == "sig" else f"{k}{sep}{v}" for k, sep, v in pairs)

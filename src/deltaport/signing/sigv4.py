@@ -54,7 +54,7 @@ _PATH_UNSAFE = re.compile(r"[^A-Za-z0-9\-_.~/]")
 
 
 def _escape(match: re.Match[str]) -> str:
-    return "%%%02X" % ord(match.group())
+    return f"%{ord(match.group()):02X}"
 
 
 def uri_encode_path(path: str) -> str:
@@ -187,9 +187,9 @@ class SigV4Presigner:
         url = f"{self.endpoint}{canonical_uri}?{query}&X-Amz-Signature={signature}"
         return url, (seconds + expires_in) * 1000
 
-
-    def batch_signing(self, *, expires_in: int, now: float | None = None,
-                      prefix: bytes = b"") -> tuple[str, BatchSigning, int]:
+    def batch_signing(
+        self, *, expires_in: int, now: float | None = None, prefix: bytes = b""
+    ) -> tuple[str, BatchSigning, int]:
         """Presign many encoded canonical URIs (GET) at one instant, the constant parts hashed once.
 
         Returns the query string every URL shares (without ``X-Amz-Signature``), a
@@ -213,8 +213,8 @@ class SigV4Presigner:
             canonical_query = query = f"{params}&X-Amz-SignedHeaders=host"
         batch = BatchSigning(
             head=b"GET\n" + prefix,  # every URI is prefix + u
-            tail=f"\n{canonical_query}\n{self._canonical_headers}".encode("utf-8"),
-            string_to_sign_head=f"{ALGORITHM}\n{amz_date}\n{datestamp}{self._scope_tail}\n".encode("utf-8"),
+            tail=f"\n{canonical_query}\n{self._canonical_headers}".encode(),
+            string_to_sign_head=f"{ALGORITHM}\n{amz_date}\n{datestamp}{self._scope_tail}\n".encode(),
             key=self.signing_key(datestamp),
         )
         return query, batch, (seconds + expires_in) * 1000
@@ -349,15 +349,14 @@ def verify_presigned(
     canonical_query = "&".join(f"{k}={v}" for k, v in params)
     canonical_uri = uri_encode_path(unquote(path)) if path else "/"
     canonical_request = (
-        f"{method.upper()}\n{canonical_uri}\n{canonical_query}\n"
-        f"host:{canonical_host(host)}\n\nhost\n{UNSIGNED_PAYLOAD}"
+        f"{method.upper()}\n{canonical_uri}\n{canonical_query}\nhost:{canonical_host(host)}\n\nhost\n{UNSIGNED_PAYLOAD}"
     )
     string_to_sign = (
         f"{ALGORITHM}\n{amz_date}\n{datestamp}/{cred_region}/{cred_service}/aws4_request\n"
         f"{_sha256(canonical_request.encode('utf-8')).hexdigest()}"
     )
-    key = derive_signing_key(secret, datestamp, cred_region, cred_service)
-    expected = _hmac_digest(key, string_to_sign.encode("utf-8"), "sha256").hex()
+    signing_key = derive_signing_key(secret, datestamp, cred_region, cred_service)
+    expected = _hmac_digest(signing_key, string_to_sign.encode("utf-8"), "sha256").hex()
     if not hmac.compare_digest(expected.encode("ascii"), signature.encode("utf-8")):
         raise PermissionDenied("signature does not match: the URL was altered or signed with another key")
 

@@ -93,17 +93,24 @@ def _drop_connection(scheme: str, host: str, port: int) -> None:
 
 def _refused(status: int, body: bytes, file_id: str) -> Exception:
     if status in (401, 403) or (status == 400 and any(m in body for m in _EXPIRED_MARKERS)):
-        return UrlExpired(f"the storage refused the presigned URL of file {file_id} (HTTP {status})",
-                          http_status=status, file_id=file_id)
+        return UrlExpired(
+            f"the storage refused the presigned URL of file {file_id} (HTTP {status})",
+            http_status=status,
+            file_id=file_id,
+        )
     if status == 429 or status >= 500:
         return _Transient(f"HTTP {status}")
     if status == 404:
-        return FileDownloadError(f"file {file_id} was not found in storage (HTTP 404): the table may have been "
-                                 "vacuumed after the file list was made; read the table again",
-                                 http_status=404, file_id=file_id)
+        return FileDownloadError(
+            f"file {file_id} was not found in storage (HTTP 404): the table may have been "
+            "vacuumed after the file list was made; read the table again",
+            http_status=404,
+            file_id=file_id,
+        )
     text = " ".join(body[:300].decode("utf-8", "replace").split())
-    return FileDownloadError(f"downloading file {file_id} failed with HTTP {status}: {text}", http_status=status,
-                             file_id=file_id)
+    return FileDownloadError(
+        f"downloading file {file_id} failed with HTTP {status}: {text}", http_status=status, file_id=file_id
+    )
 
 
 def _proxied(url: str) -> bool:
@@ -111,7 +118,9 @@ def _proxied(url: str) -> bool:
     parts = urlsplit(url)
     if not proxies or (parts.scheme not in proxies and "all" not in proxies):
         return False
-    return not urllib.request.proxy_bypass_environment(parts.hostname or "", proxies)
+    return not urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]  # in the module, not its stubs
+        parts.hostname or "", proxies
+    )
 
 
 def _copy_via_proxy(url: str, out: Any, file_id: str, timeout: float) -> int:
@@ -162,9 +171,12 @@ def copy_url(url: str, out: Any, *, file_id: str, timeout: float = 300.0) -> int
 
 
 def _size_error(action: FileAction, got: int) -> FileDownloadError:
-    return FileDownloadError(f"file {action.id}: the storage sent {got} bytes where the server's answer says "
-                             f"{action.size}: the file changed after it was listed; read the table again",
-                             http_status=400, file_id=action.id)
+    return FileDownloadError(
+        f"file {action.id}: the storage sent {got} bytes where the server's answer says "
+        f"{action.size}: the file changed after it was listed; read the table again",
+        http_status=400,
+        file_id=action.id,
+    )
 
 
 def _widen(table: pa.Table, widened: tuple[tuple[str, pa.DataType], ...]) -> pa.Table:
@@ -182,8 +194,14 @@ _PAGE_BYTES = 8 << 20
 
 
 def _text_columns(schema: pa.Schema) -> list[str]:
-    return [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)
-            or pa.types.is_large_string(f.type) or pa.types.is_large_binary(f.type)]
+    return [
+        f.name
+        for f in schema
+        if pa.types.is_string(f.type)
+        or pa.types.is_binary(f.type)
+        or pa.types.is_large_string(f.type)
+        or pa.types.is_large_binary(f.type)
+    ]
 
 
 def _rewrite(data: memoryview, task: StageTask, action: FileAction, http: httpx.Client, out: Any) -> None:
@@ -207,8 +225,14 @@ def _rewrite(data: memoryview, task: StageTask, action: FileAction, http: httpx.
     # Spark uses to skip row groups) are kept for all but text columns, where they cost the most.
     # Together a third of the cost of a default write.
     statistics = [f.name for f in changed.schema if f.name not in text]
-    pq.write_table(changed, encoded, compression="none", use_dictionary=text, write_statistics=statistics,
-                   data_page_size=_PAGE_BYTES)
+    pq.write_table(
+        changed,
+        encoded,
+        compression="none",
+        use_dictionary=text,
+        write_statistics=statistics,
+        data_page_size=_PAGE_BYTES,
+    )
     out.write(memoryview(encoded.getvalue()))
 
 
@@ -246,19 +270,25 @@ class _Renewer:
             if known is not None and known.url != action.url:
                 return replace(action, url=known.url, expiration_timestamp=known.expiration_timestamp)
             if self.refresh is None:
-                raise UrlExpired(f"the presigned URL of file {action.id} was refused and cannot be renewed; read the "
-                                 "table again", http_status=403, file_id=action.id)
+                raise UrlExpired(
+                    f"the presigned URL of file {action.id} was refused and cannot be renewed; read the table again",
+                    http_status=403,
+                    file_id=action.id,
+                )
             self.fresh = {f.key: f for f in self.refresh.fetch()}
             known = self.fresh.get(action.key)
             if known is None:
-                raise IncompleteResponse(f"file {action.id} is no longer part of the table: the table changed "
-                                         "during the read", error_code="TABLE_CHANGED",
-                                         hint="read the table again (or pin a version with versionAsOf)")
+                raise IncompleteResponse(
+                    f"file {action.id} is no longer part of the table: the table changed during the read",
+                    error_code="TABLE_CHANGED",
+                    hint="read the table again (or pin a version with versionAsOf)",
+                )
             return replace(action, url=known.url, expiration_timestamp=known.expiration_timestamp)
 
 
-def stage_one(area: CacheArea, task: StageTask, *, http: httpx.Client, renewer: _Renewer,
-              retry: RetryPolicy = DEFAULT_RETRY) -> int:
+def stage_one(
+    area: CacheArea, task: StageTask, *, http: httpx.Client, renewer: _Renewer, retry: RetryPolicy = DEFAULT_RETRY
+) -> int:
     """Stage one file: retries transient failures, renews refused URLs; returns bytes fetched."""
     action = task.action
     attempt = renewals = 0
@@ -267,28 +297,41 @@ def stage_one(area: CacheArea, task: StageTask, *, http: httpx.Client, renewer: 
             return _write_once(area, task, action, http)
         except _Transient as exc:
             if attempt >= retry.max_retries:
-                raise ConnectionFailed(f"could not download file {action.id} after {attempt + 1} attempts ({exc}): "
-                                       "check that the sharing server and its storage are reachable") from None
+                raise ConnectionFailed(
+                    f"could not download file {action.id} after {attempt + 1} attempts ({exc}): "
+                    "check that the sharing server and its storage are reachable"
+                ) from None
             retry.sleep(retry.delay(attempt))
             attempt += 1
         except UrlExpired:
             if renewals >= _MAX_RENEWALS:
-                raise UrlExpired(f"the storage refused fresh URLs of file {action.id} {renewals} times: check that "
-                                 "the client's and the server's clocks agree", http_status=403,
-                                 file_id=action.id) from None
+                raise UrlExpired(
+                    f"the storage refused fresh URLs of file {action.id} {renewals} times: check that "
+                    "the client's and the server's clocks agree",
+                    http_status=403,
+                    file_id=action.id,
+                ) from None
             action = renewer.renew(action)
             renewals += 1
 
 
-def stage_files(area: CacheArea, tasks: Sequence[StageTask], *, threads: int, refresh: Refresh | None,
-                retry: RetryPolicy = DEFAULT_RETRY) -> StageReport:
+def stage_files(
+    area: CacheArea,
+    tasks: Sequence[StageTask],
+    *,
+    threads: int,
+    refresh: Refresh | None,
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> StageReport:
     """Stage ``tasks`` with ``threads`` threads; the first failure stops the rest and is raised."""
     started = time.perf_counter()
     if not tasks:
         return StageReport(0, 0, 0.0)
     renewer = _Renewer(refresh)
-    with file_http_client() as http, ThreadPoolExecutor(max(1, min(threads, len(tasks))),
-                                                        thread_name_prefix="deltaport-stage") as pool:
+    with (
+        file_http_client() as http,
+        ThreadPoolExecutor(max(1, min(threads, len(tasks))), thread_name_prefix="deltaport-stage") as pool,
+    ):
         # Rewrites first: their CPU then overlaps the plain files' downloads instead of trailing them.
         ordered = sorted(tasks, key=lambda task: not task.rewrite)
         futures = [pool.submit(stage_one, area, task, http=http, renewer=renewer, retry=retry) for task in ordered]
@@ -308,8 +351,9 @@ def _stage_partition(location: str, threads: int, refresh: Refresh | None, tasks
     return [(report.files, report.bytes)]
 
 
-def stage_on_executors(spark: Any, location: str, tasks: Sequence[StageTask], *, threads: int,
-                       refresh: Refresh | None) -> StageReport:
+def stage_on_executors(
+    spark: Any, location: str, tasks: Sequence[StageTask], *, threads: int, refresh: Refresh | None
+) -> StageReport:
     """Stage ``tasks`` as a Spark job: each task (one per core of the cluster, at most one per
     file) fetches its share of the files into ``location``, which every executor must see."""
     started = time.perf_counter()

@@ -22,8 +22,7 @@ __all__ = ["filters_to_expression", "filters_to_json_hint"]
 
 _INTEGER_TYPES = {"byte": 8, "short": 16, "integer": 32, "long": 64}
 # Delta types a hint can carry (the wire knows bool, int, long, string, date, float, double, timestamp).
-_HINTABLE = frozenset({"boolean", "byte", "short", "integer", "long", "string", "date", "float", "double",
-                       "timestamp"})
+_HINTABLE = frozenset({"boolean", "byte", "short", "integer", "long", "string", "date", "float", "double", "timestamp"})
 _COMPARISONS: Mapping[type, str] = {
     sds.EqualTo: "=",
     sds.GreaterThan: ">",

@@ -98,8 +98,11 @@ def _partition_text(spec: ColumnSpec, action: FileAction) -> str | None:
     try:
         value = parse_partition_value(text, spec.type)
     except (ValueError, TypeError) as exc:
-        raise FileDownloadError(f"partition value {text!r} of column {spec.name!r} in file {action.id} is not a "
-                                f"valid {spec.type}: {exc}", http_status=400, file_id=action.id) from None
+        raise FileDownloadError(
+            f"partition value {text!r} of column {spec.name!r} in file {action.id} is not a valid {spec.type}: {exc}",
+            http_status=400,
+            file_id=action.id,
+        ) from None
     if value is None:
         return None
     if isinstance(value, dt.datetime):
@@ -112,8 +115,10 @@ def _partition_text(spec: ColumnSpec, action: FileAction) -> str | None:
         return "true" if value else "false"
     if isinstance(value, bytes):
         if quote(text or "", safe="") != text:
-            raise UnsupportedOperation(f"the binary partition value of column {spec.name!r} cannot be staged for "
-                                       "Spark's parquet reader; read the table with spark.read.format('deltaSharing')")
+            raise UnsupportedOperation(
+                f"the binary partition value of column {spec.name!r} cannot be staged for "
+                "Spark's parquet reader; read the table with spark.read.format('deltaSharing')"
+            )
         return text
     return (text or "").strip() if isinstance(value, float) else str(value)
 
@@ -121,8 +126,11 @@ def _partition_text(spec: ColumnSpec, action: FileAction) -> str | None:
 def _folders(plan: _Plan, action: FileAction) -> str:
     values: list[tuple[str, str | None]] = []
     if plan.change_feed:
-        values += [(VERSION_COLUMN, str(action.version)), (TIMESTAMP_COLUMN, str(action.timestamp)),
-                   (KIND_COLUMN, action.change_type)]
+        values += [
+            (VERSION_COLUMN, str(action.version)),
+            (TIMESTAMP_COLUMN, str(action.timestamp)),
+            (KIND_COLUMN, action.change_type),
+        ]
     partitions = [spec for spec in plan.table.columns if spec.is_partition]
     values += [(f"{PARTITION_PREFIX}{i}", _partition_text(spec, action)) for i, spec in enumerate(partitions)]
     return folder(values)
@@ -131,8 +139,11 @@ def _folders(plan: _Plan, action: FileAction) -> str:
 def _widened(table: TableInfo) -> tuple[tuple[str, Any], ...]:
     """(name in the files, type now) of the data columns whose type the table widened."""
     changed = {f["name"] for f in table.schema_json.get("fields", ()) if (f.get("metadata") or {}).get(TYPE_CHANGES)}
-    return tuple((spec.physical_name, spec.physical_type) for spec in table.columns
-                 if spec.name in changed and not spec.is_partition)
+    return tuple(
+        (spec.physical_name, spec.physical_type)
+        for spec in table.columns
+        if spec.name in changed and not spec.is_partition
+    )
 
 
 def _tasks(plan: _Plan, table_folder: str) -> list[StageTask]:
@@ -154,9 +165,11 @@ def _fetch_mode(spark: Any, staging: StagingOptions, area: CacheArea) -> str:
     cluster = not str(spark.sparkContext.master).startswith("local")
     mode = staging.fetch if staging.fetch != "auto" else ("spark" if cluster else "driver")
     if cluster and isinstance(area, LocalArea) and staging.location is None:
-        raise StagingError("a cluster runs this pipeline, so shared files must be staged where every executor sees "
-                           "them: set the option stagingLocation to an hdfs:, s3a:, abfss: or gs: URI (or a shared "
-                           "mount)")
+        raise StagingError(
+            "a cluster runs this pipeline, so shared files must be staged where every executor sees "
+            "them: set the option stagingLocation to an hdfs:, s3a:, abfss: or gs: URI (or a shared "
+            "mount)"
+        )
     return mode
 
 
@@ -183,8 +196,13 @@ def _stage(spark: Any, plan: _Plan, staging: StagingOptions) -> tuple[CacheArea,
         report = stage_on_executors(spark, location, missing, threads=staging.threads, refresh=plan.refresh)
     else:
         report = stage_files(area, missing, threads=staging.threads, refresh=plan.refresh)
-    evict(area, max_bytes=staging.cache_max_bytes, max_age_seconds=staging.cache_max_age_seconds,
-          grace_seconds=staging.cache_grace_seconds, keep=[t.relpath for t in tasks])
+    evict(
+        area,
+        max_bytes=staging.cache_max_bytes,
+        max_age_seconds=staging.cache_max_age_seconds,
+        grace_seconds=staging.cache_grace_seconds,
+        keep=[t.relpath for t in tasks],
+    )
     return area, table_folder, tasks, report
 
 
@@ -210,8 +228,12 @@ def _read_schema(plan: _Plan) -> Any:
         else:
             fields.append(StructField(physical_field.name, physical_field.dataType))
     if plan.change_feed:
-        fields += [StructField("_change_type", StringType()), StructField(VERSION_COLUMN, LongType()),
-                   StructField(TIMESTAMP_COLUMN, LongType()), StructField(KIND_COLUMN, StringType())]
+        fields += [
+            StructField("_change_type", StringType()),
+            StructField(VERSION_COLUMN, LongType()),
+            StructField(TIMESTAMP_COLUMN, LongType()),
+            StructField(KIND_COLUMN, StringType()),
+        ]
     return StructType(fields), logical, physical
 
 
@@ -230,9 +252,11 @@ def _logical_columns(plan: _Plan, logical: Any, physical: Any) -> list[Any]:
         columns.append(source.alias(logical_field.name, metadata=dict(logical_field.metadata)))
     if plan.change_feed:
         kind = F.col(KIND_COLUMN)
-        columns += [F.when(kind == "cdf", F.col("_change_type")).otherwise(kind).alias("_change_type"),
-                    F.col(VERSION_COLUMN).alias("_commit_version"),
-                    F.timestamp_millis(F.col(TIMESTAMP_COLUMN)).alias("_commit_timestamp")]
+        columns += [
+            F.when(kind == "cdf", F.col("_change_type")).otherwise(kind).alias("_change_type"),
+            F.col(VERSION_COLUMN).alias("_commit_version"),
+            F.timestamp_millis(F.col(TIMESTAMP_COLUMN)).alias("_commit_timestamp"),
+        ]
     return columns
 
 
@@ -315,14 +339,27 @@ def _profile_options(url: str, profile: Any) -> dict[str, str]:
         return {}
     if "#" in url:
         raise ValueError(f"Invalid 'url': {url}; with delta_sharing_profile the url is '<share>.<schema>.<table>'")
-    fields = (("shareCredentialsVersion", "share_credentials_version"), ("type", "type"), ("endpoint", "endpoint"),
-              ("tokenEndpoint", "token_endpoint"), ("clientId", "client_id"), ("clientSecret", "client_secret"),
-              ("scope", "scope"), ("bearerToken", "bearer_token"), ("expirationTime", "expiration_time"))
+    fields = (
+        ("shareCredentialsVersion", "share_credentials_version"),
+        ("type", "type"),
+        ("endpoint", "endpoint"),
+        ("tokenEndpoint", "token_endpoint"),
+        ("clientId", "client_id"),
+        ("clientSecret", "client_secret"),
+        ("scope", "scope"),
+        ("bearerToken", "bearer_token"),
+        ("expirationTime", "expiration_time"),
+    )
     return {option: str(getattr(profile, attr)) for option, attr in fields if getattr(profile, attr, None) is not None}
 
 
-def load_as_spark(url: str, version: int | None = None, timestamp: str | None = None,
-                  delta_sharing_profile: Any = None, **options: Any) -> Any:
+def load_as_spark(
+    url: str,
+    version: int | None = None,
+    timestamp: str | None = None,
+    delta_sharing_profile: Any = None,
+    **options: Any,
+) -> Any:
     """The official connector's ``load_as_spark``, read by Spark's own parquet reader
     (see :func:`read_table` for the staging options)."""
     spark = _active_session("load_as_spark")
@@ -334,14 +371,24 @@ def load_as_spark(url: str, version: int | None = None, timestamp: str | None = 
     return read_table(spark, url, **options)
 
 
-def load_table_changes_as_spark(url: str, starting_version: int | None = None, ending_version: int | None = None,
-                                starting_timestamp: str | None = None, ending_timestamp: str | None = None,
-                                delta_sharing_profile: Any = None, **options: Any) -> Any:
+def load_table_changes_as_spark(
+    url: str,
+    starting_version: int | None = None,
+    ending_version: int | None = None,
+    starting_timestamp: str | None = None,
+    ending_timestamp: str | None = None,
+    delta_sharing_profile: Any = None,
+    **options: Any,
+) -> Any:
     """The official connector's ``load_table_changes_as_spark``, read by Spark's own parquet reader."""
     spark = _active_session("load_table_changes_as_spark")
     options = {**_profile_options(url, delta_sharing_profile), **options, "readChangeFeed": "true"}
-    for key, value in (("startingVersion", starting_version), ("endingVersion", ending_version),
-                       ("startingTimestamp", starting_timestamp), ("endingTimestamp", ending_timestamp)):
+    for key, value in (
+        ("startingVersion", starting_version),
+        ("endingVersion", ending_version),
+        ("startingTimestamp", starting_timestamp),
+        ("endingTimestamp", ending_timestamp),
+    ):
         if value is not None:
             options[key] = value
     return read_table(spark, url, **options)

@@ -19,8 +19,16 @@ from deltaport.errors import InvalidParameter
 if TYPE_CHECKING:
     from deltaport.spark.remote import RemoteTable
 
-__all__ = ["ReadOptions", "StagingOptions", "TableUrl", "parse_table_url", "parse_timestamp", "parse_size",
-           "parse_duration", "check_option_names"]
+__all__ = [
+    "ReadOptions",
+    "StagingOptions",
+    "TableUrl",
+    "parse_table_url",
+    "parse_timestamp",
+    "parse_size",
+    "parse_duration",
+    "check_option_names",
+]
 
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000
 DEFAULT_MAX_VERSIONS_PER_RPC = 100
@@ -29,8 +37,17 @@ DEFAULT_OPEN_COST_BYTES = 4 * 1024 * 1024
 DEFAULT_VERSION_POLL_SECONDS = 10.0
 
 # Credentials that may stand in for a profile file when the path is just "share.schema.table".
-CREDENTIAL_OPTIONS = ("shareCredentialsVersion", "type", "endpoint", "tokenEndpoint", "clientId",
-                      "clientSecret", "scope", "bearerToken", "expirationTime")
+CREDENTIAL_OPTIONS = (
+    "shareCredentialsVersion",
+    "type",
+    "endpoint",
+    "tokenEndpoint",
+    "clientId",
+    "clientSecret",
+    "scope",
+    "bearerToken",
+    "expirationTime",
+)
 
 
 @dataclass(frozen=True)
@@ -89,8 +106,15 @@ def parse_timestamp(text: str, time_zone: str = "UTC") -> str:
         raise InvalidParameter(f"The provided timestamp ({text}) cannot be converted to a valid timestamp.")
     year, month, day, hour, minute, second, fraction, zone = match.groups()
     try:
-        value = dt.datetime(int(year), int(month or 1), int(day or 1), int(hour or 0), int(minute or 0),
-                            int(second or 0), int((fraction or "0")[:6].ljust(6, "0")))
+        value = dt.datetime(
+            int(year),
+            int(month or 1),
+            int(day or 1),
+            int(hour or 0),
+            int(minute or 0),
+            int(second or 0),
+            int((fraction or "0")[:6].ljust(6, "0")),
+        )
         value = value.replace(tzinfo=_zone(zone or time_zone))
     except (ValueError, KeyError):
         raise InvalidParameter(f"The provided timestamp ({text}) cannot be converted to a valid timestamp.") from None
@@ -181,14 +205,16 @@ class ReadOptions:
     version_poll_seconds: float = DEFAULT_VERSION_POLL_SECONDS
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any], *, time_zone: str = "UTC") -> "ReadOptions":
+    def parse(cls, options: Mapping[str, Any], *, time_zone: str = "UTC") -> ReadOptions:
         url = parse_table_url(_get(options, "path"))
         credentials = {name: value for name in CREDENTIAL_OPTIONS if (value := _get(options, name)) is not None}
         if url.profile is not None and credentials:
             raise InvalidParameter("cannot specify both share credentials options and a profile file path")
         if url.profile is None and not credentials:
-            raise InvalidParameter(f"path {url.name} is not valid: expected '<profile-file>#<share>.<schema>.<table>' "
-                                   "or share credentials given as options")
+            raise InvalidParameter(
+                f"path {url.name} is not valid: expected '<profile-file>#<share>.<schema>.<table>' "
+                "or share credentials given as options"
+            )
         version_as_of = _non_negative_long(options, "versionAsOf")
         timestamp_text = _get(options, "timestampAsOf")
         if version_as_of is not None and timestamp_text is not None:
@@ -206,8 +232,10 @@ class ReadOptions:
             raise InvalidParameter("Please either provide 'endingVersion' or 'endingTimestamp'.")
         response_format = (_get(options, "responseFormat") or "auto").strip().lower()
         if response_format not in ("parquet", "delta", "auto"):
-            raise InvalidParameter(f"The user input responseFormat ({response_format}) is not supported. "
-                                   "Supported values are: parquet, delta, auto.")
+            raise InvalidParameter(
+                f"The user input responseFormat ({response_format}) is not supported. "
+                "Supported values are: parquet, delta, auto."
+            )
         max_bytes_text = _get(options, "maxBytesPerTrigger")
         poll = _get(options, "queryTableVersionIntervalSeconds")
         try:
@@ -235,13 +263,16 @@ class ReadOptions:
             ignore_deletes=_bool(options, "ignoreDeletes"),
             ignore_changes=_bool(options, "ignoreChanges"),
             skip_change_commits=_bool(options, "skipChangeCommits"),
-            max_partition_bytes=(DEFAULT_MAX_PARTITION_BYTES if partition_bytes is None
-                                 else parse_size(partition_bytes, "maxPartitionBytes")),
+            max_partition_bytes=(
+                DEFAULT_MAX_PARTITION_BYTES
+                if partition_bytes is None
+                else parse_size(partition_bytes, "maxPartitionBytes")
+            ),
             version_poll_seconds=poll_seconds,
         )
 
     @property
-    def remote(self) -> "RemoteTable":
+    def remote(self) -> RemoteTable:
         from deltaport.spark.remote import RemoteTable
 
         return RemoteTable(self.path, self.credentials, self.response_format)
@@ -254,16 +285,23 @@ class ReadOptions:
         """Rules that apply to ``spark.read``."""
         if self.read_change_feed:
             if self.time_travel:
-                raise InvalidParameter("Cannot time travel a change data feed read: use startingVersion/endingVersion "
-                                       "or startingTimestamp/endingTimestamp instead of versionAsOf/timestampAsOf.")
+                raise InvalidParameter(
+                    "Cannot time travel a change data feed read: use startingVersion/endingVersion "
+                    "or startingTimestamp/endingTimestamp instead of versionAsOf/timestampAsOf."
+                )
             if self.starting_version is None and self.starting_timestamp is None and not self.starting_latest:
                 raise InvalidParameter("No startingVersion or startingTimestamp provided for CDF read.")
             if self.starting_latest:
                 raise InvalidParameter("startingVersion 'latest' is only supported for streaming reads.")
-            if (self.starting_version is not None and self.ending_version is not None
-                    and self.ending_version < self.starting_version):
-                raise InvalidParameter(f"CDF range from start {self.starting_version} to end {self.ending_version} "
-                                       "was invalid. End cannot be before start.")
+            if (
+                self.starting_version is not None
+                and self.ending_version is not None
+                and self.ending_version < self.starting_version
+            ):
+                raise InvalidParameter(
+                    f"CDF range from start {self.starting_version} to end {self.ending_version} "
+                    "was invalid. End cannot be before start."
+                )
 
     def check_stream(self) -> None:
         """Rules that apply to ``spark.readStream``."""
@@ -281,10 +319,26 @@ DEFAULT_CACHE_GRACE_SECONDS = 3600.0
 FETCH_MODES = ("auto", "driver", "spark")
 
 #: options of a batch read through :func:`deltaport.spark.read_table`
-BATCH_OPTIONS = ("versionAsOf", "timestampAsOf", "readChangeFeed", "readChangeData", "startingVersion",
-                 "endingVersion", "startingTimestamp", "endingTimestamp", "responseFormat", "jsonPredicateHints")
-STAGING_OPTIONS = ("stagingLocation", "stagingCacheSize", "stagingCacheMaxAge", "stagingCacheGrace", "stagingFetch",
-                   "stagingThreads")
+BATCH_OPTIONS = (
+    "versionAsOf",
+    "timestampAsOf",
+    "readChangeFeed",
+    "readChangeData",
+    "startingVersion",
+    "endingVersion",
+    "startingTimestamp",
+    "endingTimestamp",
+    "responseFormat",
+    "jsonPredicateHints",
+)
+STAGING_OPTIONS = (
+    "stagingLocation",
+    "stagingCacheSize",
+    "stagingCacheMaxAge",
+    "stagingCacheGrace",
+    "stagingFetch",
+    "stagingThreads",
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.I)
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -323,21 +377,24 @@ class StagingOptions:
     threads: int = 4
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> "StagingOptions":
+    def parse(cls, options: Mapping[str, Any]) -> StagingOptions:
         size = _get(options, "stagingCacheSize")
         age = _get(options, "stagingCacheMaxAge")
         grace = _get(options, "stagingCacheGrace")
         fetch = (_get(options, "stagingFetch") or "auto").strip().lower()
         if fetch not in FETCH_MODES:
-            raise InvalidParameter(f"Invalid value '{fetch}' for option 'stagingFetch', must be one of "
-                                   f"{', '.join(FETCH_MODES)}")
+            raise InvalidParameter(
+                f"Invalid value '{fetch}' for option 'stagingFetch', must be one of {', '.join(FETCH_MODES)}"
+            )
         return cls(
             location=_get(options, "stagingLocation"),
             cache_max_bytes=DEFAULT_CACHE_MAX_BYTES if size is None else parse_size(size, "stagingCacheSize"),
-            cache_max_age_seconds=(DEFAULT_CACHE_MAX_AGE_SECONDS if age is None
-                                   else parse_duration(age, "stagingCacheMaxAge")),
-            cache_grace_seconds=(DEFAULT_CACHE_GRACE_SECONDS if grace is None
-                                 else parse_duration(grace, "stagingCacheGrace")),
+            cache_max_age_seconds=(
+                DEFAULT_CACHE_MAX_AGE_SECONDS if age is None else parse_duration(age, "stagingCacheMaxAge")
+            ),
+            cache_grace_seconds=(
+                DEFAULT_CACHE_GRACE_SECONDS if grace is None else parse_duration(grace, "stagingCacheGrace")
+            ),
             fetch=fetch,
             threads=_positive_int(options, "stagingThreads") or 4,
         )

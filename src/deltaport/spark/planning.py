@@ -40,9 +40,16 @@ class FilesPartition(InputPartition):
         return f"FilesPartition(index={self.index}, files={len(self.files)}, bytes={sum(f.size for f in self.files)})"
 
 
-def plan_partitions(files: Sequence[Any], table: Any, *, max_partition_bytes: int, open_cost_bytes: int,
-                    parallelism: int | None = None, refresh: remote.Refresh | None = None,
-                    first_index: int = 0) -> list[FilesPartition]:
+def plan_partitions(
+    files: Sequence[Any],
+    table: Any,
+    *,
+    max_partition_bytes: int,
+    open_cost_bytes: int,
+    parallelism: int | None = None,
+    refresh: remote.Refresh | None = None,
+    first_index: int = 0,
+) -> list[FilesPartition]:
     """Group files into balanced partitions of at most about ``max_partition_bytes`` each.
 
     Each file also costs ``open_cost_bytes`` (as in Spark's file sources). The number of
@@ -77,8 +84,9 @@ def read_partition(partition: FilesPartition, target: pa.Schema, *, change_feed:
     fresh: list[Any] = []
 
     def load(action: Any) -> pa.Table:
-        table = remote.read_file(action, partition.table, http=http, change_feed=change_feed,
-                                 refresh=partition.refresh, fresh=fresh)
+        table = remote.read_file(
+            action, partition.table, http=http, change_feed=change_feed, refresh=partition.refresh, fresh=fresh
+        )
         if change_feed:
             table = _commit_timestamp_as_timestamp(table)
         return conform(table, target)

@@ -47,10 +47,13 @@ class RemoteTable:
     credentials: Mapping[str, str]
     response_format: str = AUTO  # "auto" (the server chooses), "parquet" or "delta"
 
-    def open(self) -> "Session":
+    def open(self) -> Session:
         profile: Any = self.url.profile if self.url.profile is not None else dict(self.credentials)
-        return Session(RestClient(profile, user_agent="deltaport-spark"),
-                       Table(self.url.table, self.url.share, self.url.schema), self.response_format)
+        return Session(
+            RestClient(profile, user_agent="deltaport-spark"),
+            Table(self.url.table, self.url.share, self.url.schema),
+            self.response_format,
+        )
 
     @property
     def name(self) -> str:
@@ -65,7 +68,7 @@ class Session:
         self.table = table
         self.response_format = response_format
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -76,13 +79,21 @@ class Session:
         return self.client.table_version(self.table, starting_timestamp)
 
     def metadata(self, *, version: int | None = None, timestamp: str | None = None) -> TableInfo:
-        return self.client.metadata(self.table, version=version, timestamp=timestamp,
-                                    response_format=self.response_format).table_info()
+        return self.client.metadata(
+            self.table, version=version, timestamp=timestamp, response_format=self.response_format
+        ).table_info()
 
-    def snapshot(self, *, version: int | None = None, timestamp: str | None = None,
-                 json_predicate_hints: str | None = None, limit_hint: int | None = None) -> Files:
-        options = QueryOptions(json_predicate_hints=json_predicate_hints, limit_hint=limit_hint, version=version,
-                               timestamp=timestamp)
+    def snapshot(
+        self,
+        *,
+        version: int | None = None,
+        timestamp: str | None = None,
+        json_predicate_hints: str | None = None,
+        limit_hint: int | None = None,
+    ) -> Files:
+        options = QueryOptions(
+            json_predicate_hints=json_predicate_hints, limit_hint=limit_hint, version=version, timestamp=timestamp
+        )
         return _files(self.client.query_table(self.table, options, response_format=self.response_format))
 
     def commits(self, starting_version: int, ending_version: int) -> Files:
@@ -90,20 +101,32 @@ class Session:
         options = QueryOptions(starting_version=starting_version, ending_version=ending_version)
         return _files(self.client.query_table(self.table, options, response_format=self.response_format))
 
-    def changes(self, *, starting_version: int | None = None, ending_version: int | None = None,
-                starting_timestamp: str | None = None, ending_timestamp: str | None = None) -> Files:
+    def changes(
+        self,
+        *,
+        starting_version: int | None = None,
+        ending_version: int | None = None,
+        starting_timestamp: str | None = None,
+        ending_timestamp: str | None = None,
+    ) -> Files:
         """The change data feed (``GET /changes``): cdf, add and remove actions with versions."""
-        options = ChangesOptions(starting_version=starting_version, ending_version=ending_version,
-                                 starting_timestamp=starting_timestamp, ending_timestamp=ending_timestamp,
-                                 include_historical_metadata=True)
+        options = ChangesOptions(
+            starting_version=starting_version,
+            ending_version=ending_version,
+            starting_timestamp=starting_timestamp,
+            ending_timestamp=ending_timestamp,
+            include_historical_metadata=True,
+        )
         return _files(self.client.query_changes(self.table, options, response_format=self.response_format))
 
 
 def _files(result: Any) -> Files:
     head = result.table_info()
-    changes = [(int(md.version), TableInfo.from_metadata(md, result.protocol, format=result.format,
-                                                         version=md.version))
-               for md in result.metadata_changes if md.version is not None]
+    changes = [
+        (int(md.version), TableInfo.from_metadata(md, result.protocol, format=result.format, version=md.version))
+        for md in result.metadata_changes
+        if md.version is not None
+    ]
     return Files(head, list(result.files), changes, result.table_version)
 
 
@@ -128,11 +151,17 @@ def batch_request(options: Any, json_predicate_hints: str | None = None) -> tupl
     """The :class:`Session` call a batch read makes (``changes`` or ``snapshot``) and its arguments,
     from :class:`~deltaport.spark.options.ReadOptions`."""
     if options.read_change_feed:
-        return "changes", {"starting_version": options.starting_version, "ending_version": options.ending_version,
-                           "starting_timestamp": options.starting_timestamp,
-                           "ending_timestamp": options.ending_timestamp}
-    return "snapshot", {"version": options.version_as_of, "timestamp": options.timestamp_as_of,
-                        "json_predicate_hints": json_predicate_hints}
+        return "changes", {
+            "starting_version": options.starting_version,
+            "ending_version": options.ending_version,
+            "starting_timestamp": options.starting_timestamp,
+            "ending_timestamp": options.ending_timestamp,
+        }
+    return "snapshot", {
+        "version": options.version_as_of,
+        "timestamp": options.timestamp_as_of,
+        "json_predicate_hints": json_predicate_hints,
+    }
 
 
 def _match(action: Any, candidates: Sequence[Any]) -> Any | None:
@@ -148,8 +177,15 @@ def file_http_client() -> httpx.Client:
     return httpx.Client(timeout=httpx.Timeout(300.0, connect=30.0), follow_redirects=True)
 
 
-def read_file(action: Any, table: TableInfo, *, http: httpx.Client, change_feed: bool = False,
-              refresh: Refresh | None = None, fresh: list[Any] | None = None) -> pa.Table:
+def read_file(
+    action: Any,
+    table: TableInfo,
+    *,
+    http: httpx.Client,
+    change_feed: bool = False,
+    refresh: Refresh | None = None,
+    fresh: list[Any] | None = None,
+) -> pa.Table:
     """One file as Arrow (the client's readers); on an expired URL, once more with a fresh one.
 
     ``fresh`` keeps the refreshed file list of a partition between calls (pass an empty list).
@@ -168,7 +204,11 @@ def read_file(action: Any, table: TableInfo, *, http: httpx.Client, change_feed:
         if renewed is None:
             raise
         # keep what the data source set on the action (version, change type of snapshot inserts)
-        renewed = dataclasses.replace(action, url=renewed.url, deletion_vector=renewed.deletion_vector,
-                                      paired_deletion_vector=renewed.paired_deletion_vector,
-                                      expiration_timestamp=renewed.expiration_timestamp)
+        renewed = dataclasses.replace(
+            action,
+            url=renewed.url,
+            deletion_vector=renewed.deletion_vector,
+            paired_deletion_vector=renewed.paired_deletion_vector,
+            expiration_timestamp=renewed.expiration_timestamp,
+        )
         return reader(renewed, table, http=http)

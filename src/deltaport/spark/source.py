@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import types
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -68,7 +69,7 @@ class DeltaSharingDataSource(DataSource):
 
 def _planning_with_filter_pushdown() -> bool:
     """True when called from PySpark's filter-pushdown planner (a worker module of its own)."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename.endswith(_PUSHDOWN_PLANNER):
             return True
@@ -93,8 +94,13 @@ class DeltaSharingBatchReader(DataSourceReader):
         with self.remote.open() as session:
             result = getattr(session, kind)(**params)
         self._check_schema(result.table)
-        planned = planning.plan_partitions(result.files, result.table, max_partition_bytes=o.max_partition_bytes,
-                                           open_cost_bytes=o.open_cost_bytes, refresh=Refresh(self.remote, kind, params))
+        planned = planning.plan_partitions(
+            result.files,
+            result.table,
+            max_partition_bytes=o.max_partition_bytes,
+            open_cost_bytes=o.open_cost_bytes,
+            refresh=Refresh(self.remote, kind, params),
+        )
         # Given no partition, Spark still calls read() once, with a partition of its own: give it an empty one.
         return list(planned) or [planning.FilesPartition(0, (), result.table)]
 
@@ -104,7 +110,8 @@ class DeltaSharingBatchReader(DataSourceReader):
         if delta_to_spark(table.schema_json) != self.schema:
             raise InvalidParameter(
                 f"The schema or partition columns of the shared table {self.remote.name} have changed since the "
-                "DataFrame was created (or a different schema was specified). Please redefine your DataFrame.")
+                "DataFrame was created (or a different schema was specified). Please redefine your DataFrame."
+            )
 
     def read(self, partition: InputPartition):
         assert isinstance(partition, planning.FilesPartition)
@@ -133,9 +140,10 @@ def register(spark: Any) -> type[DeltaSharingDataSource]:
     (``spark.sql.session.timeZone``) at the time of registration.
     """
     time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
-    source = type("DeltaSharingDataSource", (DeltaSharingDataSource,),
-                  {"session_time_zone": time_zone, "__module__": __name__,
-                   "__doc__": DeltaSharingDataSource.__doc__})
+    source = type(
+        "DeltaSharingDataSource",
+        (DeltaSharingDataSource,),
+        {"session_time_zone": time_zone, "__module__": __name__, "__doc__": DeltaSharingDataSource.__doc__},
+    )
     spark.dataSource.register(source)
     return source
-

@@ -4,7 +4,8 @@ A staged file's place is a function of its identity only, so a file already stag
 again by name, by any pipeline that shares the cache::
 
     <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.parquet       (the file as served)
-    <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.rw.parquet    (rewritten: deletion vector applied, widened types cast)
+    <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.rw.parquet    (rewritten: deletion vector
+                                                                               applied, widened types cast)
 
 * ``table key``: a digest of the sharing endpoint, the table's three-part name and its Delta
   table id; ``file key``: a digest of the file's id, its size and its deletion vectors;
@@ -37,8 +38,18 @@ from urllib.parse import quote, unquote, urlsplit
 
 from deltaport.errors import DeltaportError
 
-__all__ = ["ArrowArea", "CacheArea", "LocalArea", "StagingError", "default_location", "evict", "file_key",
-           "folder", "open_area", "table_key"]
+__all__ = [
+    "ArrowArea",
+    "CacheArea",
+    "LocalArea",
+    "StagingError",
+    "default_location",
+    "evict",
+    "file_key",
+    "folder",
+    "open_area",
+    "table_key",
+]
 
 LAYOUT = "deltaport-staging-v1"
 PARQUET_MAGIC = b"PAR1"
@@ -73,15 +84,20 @@ def _dv_identity(dv: Mapping[str, Any] | None) -> str:
     where = str(dv.get("pathOrInlineDv") or "")
     if dv.get("storageType") == "p":
         where = where.split("?", 1)[0]
-    return _digest(dv.get("storageType"), where, dv.get("offset"), dv.get("sizeInBytes"), dv.get("cardinality"),
-                   length=32)
+    return _digest(
+        dv.get("storageType"), where, dv.get("offset"), dv.get("sizeInBytes"), dv.get("cardinality"), length=32
+    )
 
 
-def file_key(file_id: str, size: int, dv: Mapping[str, Any] | None = None,
-             paired_dv: Mapping[str, Any] | None = None, paired: bool = False) -> str:
+def file_key(
+    file_id: str,
+    size: int,
+    dv: Mapping[str, Any] | None = None,
+    paired_dv: Mapping[str, Any] | None = None,
+    paired: bool = False,
+) -> str:
     """A file's name in the cache: its id and size, and the deletion vectors applied to it."""
-    return _digest(file_id, size, _dv_identity(dv), "paired" if paired else "", _dv_identity(paired_dv),
-                   length=40)
+    return _digest(file_id, size, _dv_identity(dv), "paired" if paired else "", _dv_identity(paired_dv), length=40)
 
 
 # Spark unescapes %XX in partition folder names; everything but these characters is escaped.
@@ -118,7 +134,7 @@ class CacheArea(Protocol):
     def uri(self, relpath: str) -> str: ...
     def check_writable(self) -> None: ...
     def valid(self, relpath: str, size: int | None) -> bool: ...
-    def write(self, relpath: str) -> "AtomicWrite": ...
+    def write(self, relpath: str) -> AtomicWrite: ...
     def touch(self, relpaths: Iterable[str]) -> None: ...
     def entries(self) -> Iterator[Entry]: ...
     def remove(self, relpath: str) -> None: ...
@@ -153,13 +169,19 @@ def _full(exc: OSError) -> bool:
 def describe_os_error(exc: OSError, location: str) -> StagingError:
     """One line naming the fix for a staging location that cannot be written."""
     if _full(exc):
-        return StagingError(f"the staging location {location} is full: free some space, lower the cache size "
-                            "(stagingCacheSize) or choose another location (stagingLocation)")
+        return StagingError(
+            f"the staging location {location} is full: free some space, lower the cache size "
+            "(stagingCacheSize) or choose another location (stagingLocation)"
+        )
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return StagingError(f"the staging location {location} is not writable ({exc.strerror}): choose a folder "
-                            "you may write to with the option stagingLocation")
-    return StagingError(f"the staging location {location} cannot be used ({exc.strerror or exc}): choose another "
-                        "with the option stagingLocation")
+        return StagingError(
+            f"the staging location {location} is not writable ({exc.strerror}): choose a folder "
+            "you may write to with the option stagingLocation"
+        )
+    return StagingError(
+        f"the staging location {location} cannot be used ({exc.strerror or exc}): choose another "
+        "with the option stagingLocation"
+    )
 
 
 class _AtomicFile:
@@ -202,7 +224,7 @@ class _AtomicFile:
 
 
 class _LocalWrite(_AtomicFile):
-    def __init__(self, area: "LocalArea", relpath: str) -> None:
+    def __init__(self, area: LocalArea, relpath: str) -> None:
         self.final = os.path.join(area.base, relpath)
         directory = os.path.dirname(self.final)
         try:
@@ -241,8 +263,9 @@ class LocalArea:
         except OSError as exc:
             raise describe_os_error(exc, self.root) from None
         if not os.path.isdir(self.base):
-            raise StagingError(f"the staging location {self.root} is not a folder: choose another with the option "
-                               "stagingLocation")
+            raise StagingError(
+                f"the staging location {self.root} is not a folder: choose another with the option stagingLocation"
+            )
 
     def valid(self, relpath: str, size: int | None) -> bool:
         path = os.path.join(self.base, relpath)
@@ -285,7 +308,7 @@ class LocalArea:
 
 
 class _ArrowWrite(_AtomicFile):
-    def __init__(self, area: "ArrowArea", relpath: str) -> None:
+    def __init__(self, area: ArrowArea, relpath: str) -> None:
         self.area = area
         self.final = area.path(relpath)
         self.tmp = area.path(_tmp_name(relpath)) if area.rename_is_atomic else self.final
@@ -304,8 +327,16 @@ class _ArrowWrite(_AtomicFile):
 
 
 # Spark's names of file systems, and pyarrow's.
-_ARROW_SCHEMES = {"s3a": "s3", "s3n": "s3", "s3": "s3", "gs": "gs", "gcs": "gs", "hdfs": "hdfs",
-                  "abfs": "abfs", "abfss": "abfss"}
+_ARROW_SCHEMES = {
+    "s3a": "s3",
+    "s3n": "s3",
+    "s3": "s3",
+    "gs": "gs",
+    "gcs": "gs",
+    "hdfs": "hdfs",
+    "abfs": "abfs",
+    "abfss": "abfss",
+}
 
 
 class ArrowArea:
@@ -320,12 +351,14 @@ class ArrowArea:
         scheme = urlsplit(self.root).scheme.lower()
         self.rename_is_atomic = scheme == "hdfs"
         if fs is None:
-            arrow_uri = _ARROW_SCHEMES[scheme] + self.root[len(scheme):]
+            arrow_uri = _ARROW_SCHEMES[scheme] + self.root[len(scheme) :]
             try:
                 fs, base = pafs.FileSystem.from_uri(arrow_uri)
             except (OSError, ValueError) as exc:
-                raise StagingError(f"the staging location {root} cannot be opened ({exc}): check the URI and the "
-                                   "credentials in the environment") from None
+                raise StagingError(
+                    f"the staging location {root} cannot be opened ({exc}): check the URI and the "
+                    "credentials in the environment"
+                ) from None
         else:
             base = urlsplit(self.root).netloc + urlsplit(self.root).path
         self.fs = fs
@@ -372,7 +405,7 @@ class ArrowArea:
         for info in infos:
             if info.type == pafs.FileType.File:
                 used = info.mtime.timestamp() if info.mtime is not None else 0.0
-                yield Entry(info.path[len(self.base) + 1:], info.size or 0, used)
+                yield Entry(info.path[len(self.base) + 1 :], info.size or 0, used)
 
     def remove(self, relpath: str) -> None:
         try:
@@ -399,8 +432,10 @@ def open_area(location: str | None) -> CacheArea:
         return LocalArea(os.path.abspath(os.path.expanduser(path)))
     if scheme in _ARROW_SCHEMES:
         return ArrowArea(location)
-    raise StagingError(f"the staging location {location} has a scheme Spark and deltaport cannot share "
-                       f"({scheme}:); use a local folder, file:, hdfs:, s3a:, abfss: or gs:")
+    raise StagingError(
+        f"the staging location {location} has a scheme Spark and deltaport cannot share "
+        f"({scheme}:); use a local folder, file:, hdfs:, s3a:, abfss: or gs:"
+    )
 
 
 # --- eviction ---------------------------------------------------------------------------------------
@@ -413,8 +448,15 @@ class Eviction:
     kept_bytes: int
 
 
-def evict(area: CacheArea, *, max_bytes: int, max_age_seconds: float, grace_seconds: float,
-          keep: Iterable[str] = (), now: float | None = None) -> Eviction:
+def evict(
+    area: CacheArea,
+    *,
+    max_bytes: int,
+    max_age_seconds: float,
+    grace_seconds: float,
+    keep: Iterable[str] = (),
+    now: float | None = None,
+) -> Eviction:
     """Drop entries older than ``max_age_seconds``, then the least recently used until the cache
     holds at most ``max_bytes``. Never drops ``keep`` nor an entry used in the last
     ``grace_seconds``; leftover temporary files older than the grace period go too."""

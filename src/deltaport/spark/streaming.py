@@ -53,8 +53,9 @@ def _parse_offset(offset: dict) -> tuple[int, int, bool]:
     try:
         return int(offset["version"]), int(offset["index"]), bool(offset["isStartingVersion"])
     except (KeyError, TypeError, ValueError):
-        raise DeltaportError(f"not a deltaSharing stream offset: {offset!r}; was the checkpoint written by "
-                             "another source?") from None
+        raise DeltaportError(
+            f"not a deltaSharing stream offset: {offset!r}; was the checkpoint written by another source?"
+        ) from None
 
 
 @dataclass
@@ -135,7 +136,7 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         if starting:
             files = self._snapshot(version).files
             for i in range(index + 1, len(files)):
-                if not budget.take(files[i: i + 1]):
+                if not budget.take(files[i : i + 1]):
                     return _offset(version, i - 1, True)
             version, index = version + 1, -1
         while version <= upper:
@@ -147,7 +148,7 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                     return _offset(version, -1, False)
             else:
                 for i in range(index + 1, len(entry.files)):
-                    if not budget.take(entry.files[i: i + 1]):
+                    if not budget.take(entry.files[i : i + 1]):
                         return _offset(version, i - 1, False)
             version, index = version + 1, -1
         end = _offset(version, index, False)
@@ -173,9 +174,14 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 merged.append((entry, list(files)))
         out: list[InputPartition] = []
         for entry, files in merged:
-            out += planning.plan_partitions(files, entry.table, max_partition_bytes=self.options.max_partition_bytes,
-                                            open_cost_bytes=self.options.open_cost_bytes, refresh=entry.refresh,
-                                            first_index=len(out))
+            out += planning.plan_partitions(
+                files,
+                entry.table,
+                max_partition_bytes=self.options.max_partition_bytes,
+                open_cost_bytes=self.options.open_cost_bytes,
+                refresh=entry.refresh,
+                first_index=len(out),
+            )
         return out
 
     def read(self, partition: InputPartition):
@@ -228,7 +234,7 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         if starting:
             snap = self._snapshot(version)
             stop = end_index + 1 if end_starting else len(snap.files)
-            groups.append((snap, snap.files[index + 1: stop]))
+            groups.append((snap, snap.files[index + 1 : stop]))
             if end_starting:
                 return [g for g in groups if g[1]]
             version, index = version + 1, -1
@@ -236,7 +242,7 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         while version < end_version or (version == end_version and end_index >= 0):
             entry = self._version(version, upper)
             stop = end_index + 1 if version == end_version else len(entry.files)
-            groups.append((entry, entry.files[index + 1: stop]))
+            groups.append((entry, entry.files[index + 1 : stop]))
             version, index = version + 1, -1
         return [g for g in groups if g[1]]
 
@@ -253,8 +259,7 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             files = sorted(result.files, key=lambda f: f.id)
             if self.change_feed:
                 stamp = self._commit_timestamp(session, version)
-                files = [dataclasses.replace(f, change_type="insert", version=version, timestamp=stamp)
-                         for f in files]
+                files = [dataclasses.replace(f, change_type="insert", version=version, timestamp=stamp) for f in files]
         entry = _Version(files, result.table, Refresh(self.remote, "snapshot", {"version": version}))
         self._snapshots = {version: entry}
         return entry
@@ -287,8 +292,11 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 by_version[f.version].append(f)
         changed = {v: info for v, info in result.metadata_changes if first <= v <= last}
         table = result.table
-        refresh = Refresh(self.remote, "changes" if self.change_feed else "commits",
-                          {"starting_version": first, "ending_version": last})
+        refresh = Refresh(
+            self.remote,
+            "changes" if self.change_feed else "commits",
+            {"starting_version": first, "ending_version": last},
+        )
         for v in range(first, last + 1):
             if v in changed:
                 table = changed[v]
@@ -309,15 +317,19 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 return [], None
             if o.ignore_changes:
                 return adds, None
-            return [], (f"Detected a data update (for example file id {removes[0].id}) in the source table "
-                        f"{self.remote.name} at version {version}. This is currently not supported. If you'd like "
-                        "to skip commits that update data, set the option 'skipChangeCommits' to 'true' (or "
-                        "'ignoreChanges' to 'true' to re-read rewritten files).")
+            return [], (
+                f"Detected a data update (for example file id {removes[0].id}) in the source table "
+                f"{self.remote.name} at version {version}. This is currently not supported. If you'd like "
+                "to skip commits that update data, set the option 'skipChangeCommits' to 'true' (or "
+                "'ignoreChanges' to 'true' to re-read rewritten files)."
+            )
         if o.ignore_deletes or o.ignore_changes or o.skip_change_commits:
             return [], None
-        return [], (f"Detected deleted data (for example file id {removes[0].id}) from streaming source "
-                    f"{self.remote.name} at version {version}. This is currently not supported. If you'd like to "
-                    "ignore deletes, set the option 'ignoreDeletes' to 'true'.")
+        return [], (
+            f"Detected deleted data (for example file id {removes[0].id}) from streaming source "
+            f"{self.remote.name} at version {version}. This is currently not supported. If you'd like to "
+            "ignore deletes, set the option 'ignoreDeletes' to 'true'."
+        )
 
     def _declared(self) -> StructType:
         if not self.change_feed:
@@ -327,6 +339,8 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def _schema_error(self, table: Any, version: int) -> str | None:
         if delta_to_spark(table.schema_json) == self._declared():
             return None
-        return (f"Detected incompatible schema change in {self.remote.name} at version {version}: the table schema "
-                "is no longer the schema this stream was started with. Please restart the query (with a new "
-                "checkpoint if the change is not additive).")
+        return (
+            f"Detected incompatible schema change in {self.remote.name} at version {version}: the table schema "
+            "is no longer the schema this stream was started with. Please restart the query (with a new "
+            "checkpoint if the change is not additive)."
+        )

@@ -75,8 +75,13 @@ _PRIMITIVES: Mapping[str, DataType] = {
 }
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(-?\d+)\s*\)$")
 # Field metadata that only matters to Delta writers and readers of physical files.
-_DROPPED_METADATA_PREFIXES = ("delta.columnMapping.", "delta.identity.", "delta.invariants",
-                              "delta.generationExpression", "delta.typeChanges")
+_DROPPED_METADATA_PREFIXES = (
+    "delta.columnMapping.",
+    "delta.identity.",
+    "delta.invariants",
+    "delta.generationExpression",
+    "delta.typeChanges",
+)
 
 
 def _load(schema: str | Mapping[str, Any]) -> Mapping[str, Any]:
@@ -120,16 +125,25 @@ def delta_type_to_spark(t: Any, *, physical: bool = False) -> DataType:
         raise UnsupportedOperation(f"the Delta type {t!r} cannot be read through the deltaSharing data source")
     kind = t.get("type")
     if kind == "struct":
-        return StructType([
-            StructField(_field_name(f, physical), delta_type_to_spark(f["type"], physical=physical),
-                        bool(f.get("nullable", True)), _metadata(f.get("metadata")))
-            for f in t.get("fields", [])
-        ])
+        return StructType(
+            [
+                StructField(
+                    _field_name(f, physical),
+                    delta_type_to_spark(f["type"], physical=physical),
+                    bool(f.get("nullable", True)),
+                    _metadata(f.get("metadata")),
+                )
+                for f in t.get("fields", [])
+            ]
+        )
     if kind == "array":
         return ArrayType(delta_type_to_spark(t["elementType"], physical=physical), bool(t.get("containsNull", True)))
     if kind == "map":
-        return MapType(delta_type_to_spark(t["keyType"], physical=physical),
-                       delta_type_to_spark(t["valueType"], physical=physical), bool(t.get("valueContainsNull", True)))
+        return MapType(
+            delta_type_to_spark(t["keyType"], physical=physical),
+            delta_type_to_spark(t["valueType"], physical=physical),
+            bool(t.get("valueContainsNull", True)),
+        )
     raise UnsupportedOperation(f"the Delta type {kind!r} cannot be read through the deltaSharing data source")
 
 

@@ -18,10 +18,21 @@ __all__ = ["FileInfo", "ObjectStore", "LocalStore", "store_for", "is_local", "lo
 
 #: URL schemes served by obstore, mapped to their canonical scheme.
 OBJECT_STORE_SCHEMES = {
-    "s3": "s3", "s3a": "s3", "s3n": "s3",
-    "az": "az", "abfs": "abfs", "abfss": "abfs", "adl": "az", "azure": "az", "wasb": "wasb", "wasbs": "wasb",
-    "gs": "gs", "gcs": "gs",
-    "http": "http", "https": "https", "memory": "memory",
+    "s3": "s3",
+    "s3a": "s3",
+    "s3n": "s3",
+    "az": "az",
+    "abfs": "abfs",
+    "abfss": "abfs",
+    "adl": "az",
+    "azure": "az",
+    "wasb": "wasb",
+    "wasbs": "wasb",
+    "gs": "gs",
+    "gcs": "gs",
+    "http": "http",
+    "https": "https",
+    "memory": "memory",
 }
 
 
@@ -45,8 +56,11 @@ def _normalise_object_url(location: str) -> str:
         return "s3://" + location.split("://", 1)[1]
     if scheme in ("wasb", "wasbs", "abfss"):
         # wasbs://container@account.blob.core.windows.net/path -> az://container/path with account
-        return location.replace(parsed.scheme + "://", "abfs://" if scheme == "abfss" else "az://", 1) \
-            if "@" not in parsed.netloc else f"az://{parsed.netloc.split('@', 1)[0]}{parsed.path}"
+        return (
+            location.replace(parsed.scheme + "://", "abfs://" if scheme == "abfss" else "az://", 1)
+            if "@" not in parsed.netloc
+            else f"az://{parsed.netloc.split('@', 1)[0]}{parsed.path}"
+        )
     if scheme == "gcs":
         return "gs://" + location.split("://", 1)[1]
     return location

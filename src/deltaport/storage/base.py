@@ -50,6 +50,6 @@ class ObjectStore(Protocol):
         """Size and modification time. Raises ObjectNotFound if it does not exist."""
         ...
 
-    def child(self, subpath: str) -> "ObjectStore":
+    def child(self, subpath: str) -> ObjectStore:
         """A store rooted at ``subpath`` below this one."""
         ...

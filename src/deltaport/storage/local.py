@@ -29,8 +29,9 @@ def _io(what: str, root: Path) -> Iterator[None]:
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
         raise
     except OSError as exc:
-        raise StorageUnavailable(f"the table's storage failed on {what}; retry later", detail=str(exc),
-                                 location=str(root)) from exc
+        raise StorageUnavailable(
+            f"the table's storage failed on {what}; retry later", detail=str(exc), location=str(root)
+        ) from exc
 
 
 class LocalStore:
@@ -64,8 +65,9 @@ class LocalStore:
             except (FileNotFoundError, NotADirectoryError):
                 return []
             except PermissionError as exc:
-                raise StorageError(f"permission denied listing {directory or 'the table root'}",
-                                   location=str(self.root)) from exc
+                raise StorageError(
+                    f"permission denied listing {directory or 'the table root'}", location=str(self.root)
+                ) from exc
         out.sort(key=lambda f: f.path)
         return out
 
@@ -102,5 +104,5 @@ class LocalStore:
         """The file-system path of an object (for zero-copy readers such as pyarrow)."""
         return _safe_join(self.root, path)
 
-    def child(self, subpath: str) -> "LocalStore":
+    def child(self, subpath: str) -> LocalStore:
         return LocalStore(_safe_join(self.root, subpath))

@@ -8,7 +8,6 @@ from typing import Any
 from deltaport.errors import ObjectNotFound, StorageError, StorageUnavailable
 from deltaport.storage.base import FileInfo
 
-
 _CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "timeout", "connect_timeout", "proxy_url")
 
 
@@ -17,8 +16,9 @@ def _ms(meta: Mapping[str, Any]) -> int:
 
 
 def _unavailable(what: str, exc: BaseException, root_uri: str) -> StorageUnavailable:
-    return StorageUnavailable(f"the table's storage did not answer {what}; retry later", detail=str(exc),
-                              location=root_uri)
+    return StorageUnavailable(
+        f"the table's storage did not answer {what}; retry later", detail=str(exc), location=root_uri
+    )
 
 
 class ObstoreStore:
@@ -34,7 +34,7 @@ class ObstoreStore:
         self.root_uri = root_uri.rstrip("/")
         self.given_options = dict(options or {})
         self.options = dict(self.given_options)
-        client_options = dict(self.options.pop("client_options", None) or {})
+        client_options: Any = dict(self.options.pop("client_options", None) or {})
         for key in _CLIENT_KEYS:  # accepted beside the store keys for convenience
             if key in self.options:
                 client_options[key] = self.options.pop(key)
@@ -43,8 +43,11 @@ class ObstoreStore:
                 self.root_uri, client_options=client_options or None, **self.options
             )
         except Exception as exc:  # obstore raises config errors of several kinds
-            raise StorageError("the table's object store cannot be opened: check its storage options in the "
-                               "server config", detail=str(exc), location=self.root_uri) from exc
+            raise StorageError(
+                "the table's object store cannot be opened: check its storage options in the server config",
+                detail=str(exc),
+                location=self.root_uri,
+            ) from exc
 
     def __repr__(self) -> str:
         return f"ObstoreStore({self.root_uri!r})"
@@ -66,8 +69,9 @@ class ObstoreStore:
         except (oe.PermissionDeniedError, oe.UnauthenticatedError) as exc:
             raise StorageError(f"permission denied: {what}", detail=str(exc), location=self.root_uri) from exc
         except (oe.InvalidPathError, oe.NotSupportedError, oe.UnknownConfigurationKeyError) as exc:
-            raise StorageError(f"the object store refused the request for {what}", detail=str(exc),
-                               location=self.root_uri) from exc
+            raise StorageError(
+                f"the object store refused the request for {what}", detail=str(exc), location=self.root_uri
+            ) from exc
         except oe.BaseError as exc:  # timeouts, 5xx, throttling, connections: they may pass
             raise _unavailable(what, exc, self.root_uri) from exc
 
@@ -82,7 +86,7 @@ class ObstoreStore:
             for chunk in stream:
                 for meta in chunk:
                     path = meta["path"]
-                    if "/" in path[len(prefix):]:
+                    if "/" in path[len(prefix) :]:
                         continue  # deeper than one level (e.g. _delta_log/_sidecars/)
                     out.append(FileInfo(path, int(meta["size"]), _ms(meta)))
         except Exception as exc:  # the listing broke off midway
@@ -113,5 +117,5 @@ class ObstoreStore:
         meta = self._call(path, obstore.head, self._store, path)
         return FileInfo(path, int(meta["size"]), _ms(meta))
 
-    def child(self, subpath: str) -> "ObstoreStore":
+    def child(self, subpath: str) -> ObstoreStore:
         return ObstoreStore(f"{self.root_uri}/{subpath.strip('/')}", self.given_options)
