@@ -128,3 +128,9 @@ def test_a_corrupt_hinted_checkpoint_falls_back_to_an_older_one(table, built):
     snap = dt.snapshot()
     assert snap.version == 24
     assert _paths(snap) == _expected(built)
+
+
+def test_a_cold_call_that_needs_the_whole_log_lists_it_once(table, built):
+    dt, listings = _cold(table)
+    assert [c.version for c in dt.changes(3, 6)] == [3, 4, 5, 6]
+    assert listings.starts == [None]  # no listing from the hint first, only to list past it

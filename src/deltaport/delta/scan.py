@@ -84,7 +84,7 @@ def parsed_stats(snapshot: Snapshot, physical_types: dict[str, str]) -> pa.Struc
     """Stats of every live file as a struct (numRecords, minValues, maxValues, nullCount), parsed
     once per snapshot and column set and kept with the snapshot; None when they cannot be read."""
     key = ("parsed-stats", frozenset(physical_types.items()))
-    return snapshot.derived(key, lambda: (_parse_stats(snapshot, physical_types),))[0]
+    return snapshot.derived(key, lambda: _parse_stats(snapshot, physical_types))
 
 
 def _parse_stats(snapshot: Snapshot, physical_types: dict[str, str]) -> pa.StructArray | None:

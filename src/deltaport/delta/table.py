@@ -77,7 +77,10 @@ class DeltaTable:
         started) lists the whole log: time travel, history and change ranges need it."""
         with self._lock:
             if self._listing is None or self._listing.latest_commit is None:
-                self._listing = list_log_from_hint(self.store, table=self.uri)
+                whole = covering == 0  # the hint would only be read to be listed past
+                self._listing = (
+                    list_log(self.store, table=self.uri) if whole else list_log_from_hint(self.store, table=self.uri)
+                )
             else:
                 newer = list_log(self.store, start_after_version=self._listing.latest_commit, table=self.uri)
                 self._listing.commits.update(newer.commits)
