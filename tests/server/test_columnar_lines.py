@@ -17,17 +17,24 @@ NOW = 1_700_000_040.0  # at the start of a signing window, so both paths sign at
 
 
 def _both(snapshot, id_hash="parquet", version=None):
+    """The same FileLineMaker.snapshot_lines call, with and without its column-wise implementation."""
     signer = LocalFileSigner("http://127.0.0.1:9/delta-sharing", "k" * 24, "AK", b"s" * 32)
     indices = pa.array(range(snapshot.num_files), pa.int64())
-    chunks, expiry = ColumnarLines().lines(
-        snapshot, indices, signer, expires_in=900, now=NOW, id_hash=id_hash, version=version
-    )
-    columnar = b"".join(chunks)
-    maker = FileLineMaker(
-        table_uri=snapshot.table_uri, signer=signer, expires_in=900, fmt="parquet", id_hash=id_hash, now=NOW
-    )
-    rows = b"".join(maker.snapshot_lines(snapshot, indices, version=version))
-    return columnar, rows, expiry, maker.expiry.min_ms
+    out = []
+    for columnar in (ColumnarLines(), None):
+        maker = FileLineMaker(
+            table_uri=snapshot.table_uri,
+            signer=signer,
+            expires_in=900,
+            fmt="parquet",
+            id_hash=id_hash,
+            now=NOW,
+            columnar=columnar,
+        )
+        assert maker._columnar_applies(snapshot) is (columnar is not None)  # each side takes its own path
+        out.append((b"".join(maker.snapshot_lines(snapshot, indices, version=version)), maker.expiry.min_ms))
+    (columnar_bytes, columnar_expiry), (row_bytes, row_expiry) = out
+    return columnar_bytes, row_bytes, columnar_expiry, row_expiry
 
 
 @pytest.mark.parametrize(
@@ -90,6 +97,43 @@ def test_short_lifetimes_are_signed_at_now_not_at_the_window_start():
         snap, pa.array(range(6), pa.int64()), signer, expires_in=900, now=now, id_hash="parquet"
     )
     assert int(now) * 1000 + 840_000 <= expiry <= int(now) * 1000 + 900_000
+
+
+class _PathSigner:
+    """A signer that signs one URL at a time (as an object store's does)."""
+
+    def sign(self, path, *, expires_in, now=None):
+        from deltaport.signing import SignedUrl
+
+        return SignedUrl(f"https://signed.test/{path}?e={int(now) + expires_in}", (int(now) + expires_in) * 1000)
+
+
+def test_the_row_path_serves_signers_without_batches_and_tables_with_deletion_vectors():
+    plain = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
+    maker = FileLineMaker(
+        table_uri=plain.table_uri,
+        signer=_PathSigner(),
+        expires_in=900,
+        fmt="parquet",
+        id_hash="parquet",
+        now=NOW,
+        columnar=ColumnarLines(),
+    )
+    assert not maker._columnar_applies(plain)
+    urls = [orjson.loads(x)["file"]["url"] for x in b"".join(maker.snapshot_lines(plain, range(6))).splitlines()]
+    assert len(urls) == 6 and all(u.startswith("https://signed.test/") for u in urls)
+    with_dvs = DeltaTable(str(TABLES / "table-with-dv-small"), cache=SnapshotCache()).snapshot()
+    signer = LocalFileSigner("http://127.0.0.1:9/delta-sharing", "k" * 24, "AK", b"s" * 32)
+    maker = FileLineMaker(
+        table_uri=with_dvs.table_uri,
+        signer=signer,
+        expires_in=900,
+        fmt="delta",
+        id_hash="delta",
+        now=NOW,
+        columnar=ColumnarLines(),
+    )
+    assert with_dvs.has_deletion_vectors and not maker._columnar_applies(with_dvs)
 
 
 @pytest.mark.parametrize("partition_by", [None, ["a"], ["a", "b"]])

@@ -121,7 +121,7 @@ class CommitHistory:
         return self.versions[i]
 
 
-def parse_timestamp(value: str | int | float | dt.datetime) -> int:
+def to_epoch_ms(value: str | int | float | dt.datetime) -> int:
     """Milliseconds since the epoch from ISO-8601 (with offset or Z; naive means UTC) or ms."""
     if isinstance(value, (int, float)):
         return int(value)

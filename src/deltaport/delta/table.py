@@ -17,7 +17,7 @@ from deltaport.delta.actions import file_schema
 from deltaport.delta.cache import SnapshotCache
 from deltaport.delta.checkpoint import checkpoint_metadata_only, read_checkpoint
 from deltaport.delta.commit_json import parse_actions, peek_in_commit_timestamp, peek_protocol_metadata
-from deltaport.delta.history import CommitHistory, parse_timestamp
+from deltaport.delta.history import CommitHistory, to_epoch_ms
 from deltaport.delta.log_path import LogFile
 from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log, list_log_from_hint
 from deltaport.delta.replay import replay, with_keys
@@ -164,7 +164,7 @@ class DeltaTable:
         with self._lock:
             listing = self.refresh_listing(covering=0 if timestamp is not None else version)
             if timestamp is not None:
-                version = self.history(listing).version_at_or_before(parse_timestamp(timestamp))
+                version = self.history(listing).version_at_or_before(to_epoch_ms(timestamp))
             if version is None:
                 version = listing.latest_commit if listing.latest_commit is not None else max(listing.checkpoints)
             cached = self.cache.get(self.uri, version)
@@ -266,10 +266,10 @@ class DeltaTable:
             return None
 
     def version_at_or_before(self, timestamp: str | int) -> int:
-        return self.history().version_at_or_before(parse_timestamp(timestamp))
+        return self.history().version_at_or_before(to_epoch_ms(timestamp))
 
     def version_at_or_after(self, timestamp: str | int) -> int:
-        return self.history().version_at_or_after(parse_timestamp(timestamp))
+        return self.history().version_at_or_after(to_epoch_ms(timestamp))
 
     # --- changes ----------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from deltaport.delta.actions import Metadata, Protocol
-from deltaport.delta.schema import Schema, StructField
+from deltaport.delta.schema import Schema
 from deltaport.errors import CorruptLog, UnsupportedTableFeature
 
 #: Reader features this engine reads correctly.
@@ -90,12 +90,6 @@ class TableConfig:
     def partition_columns(self) -> list[str]:
         return list(self.metadata.partition_columns)
 
-    def partition_field(self, name: str) -> StructField:
-        f = self.schema.field(name)
-        if f is None:
-            raise CorruptLog(f"partition column {name!r} is not in the table schema", table=self.table)
-        return f
-
     @cached_property
     def physical_partition_columns(self) -> list[str]:
         """Keys of ``partitionValues`` in file actions (physical names under column mapping)."""
@@ -110,6 +104,20 @@ class TableConfig:
     @property
     def change_data_feed_enabled(self) -> bool:
         return (self.configuration.get("delta.enableChangeDataFeed") or "").lower() == "true"
+
+    @property
+    def features_beyond_parquet(self) -> list[str]:
+        """The reader features a reader of this table needs besides decoding parquet files, in
+        Delta's names: a table needing none can be served as plain parquet files."""
+        needs = []
+        if (
+            self.deletion_vectors_enabled
+            or (self.configuration.get("delta.enableDeletionVectors") or "").lower() == "true"
+        ):
+            needs.append("deletionVectors")
+        if self.column_mapping_mode != "none":
+            needs.append("columnMapping")
+        return needs
 
     @property
     def deletion_vectors_enabled(self) -> bool:

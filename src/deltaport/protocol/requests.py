@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,6 +212,75 @@ class QueryRequest:
             "limitHint": self.limit_hint,
             "includeHistoricalProtocol": self.include_historical_protocol,
         }
+
+
+@dataclass(frozen=True)
+class ChangesRequest:
+    """The query parameters of ``GET .../changes``, validated."""
+
+    starting_version: int | None = None
+    ending_version: int | None = None
+    starting_timestamp: str | None = None
+    ending_timestamp: str | None = None
+    include_historical_metadata: bool = False
+    include_historical_protocol: bool = False
+    max_files: int | None = None
+    page_token: str | None = None
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str | None]) -> ChangesRequest:
+        req = cls(
+            starting_version=parse_version_param("startingVersion", params.get("startingVersion")),
+            ending_version=parse_version_param("endingVersion", params.get("endingVersion")),
+            starting_timestamp=params.get("startingTimestamp"),
+            ending_timestamp=params.get("endingTimestamp"),
+            include_historical_metadata=parse_bool_param(params.get("includeHistoricalMetadata")),
+            include_historical_protocol=parse_bool_param(params.get("includeHistoricalProtocol")),
+            max_files=_positive_param("maxFiles", params.get("maxFiles")),
+            page_token=params.get("pageToken"),
+        )
+        req.validate()
+        return req
+
+    def validate(self) -> None:
+        if self.starting_version is not None and self.starting_timestamp is not None:
+            raise InvalidParameter(
+                "Multiple starting arguments provided for CDF read. Please provide one of "
+                "either startingTimestamp or startingVersion."
+            )
+        if self.ending_version is not None and self.ending_timestamp is not None:
+            raise InvalidParameter(
+                "Multiple ending arguments provided for CDF read. Please provide one of either "
+                "endingTimestamp or endingVersion."
+            )
+        if self.starting_version is None and self.starting_timestamp is None:
+            raise InvalidParameter("No startingVersion or startingTimestamp provided for CDF read.")
+
+    def checksum_params(self, starting_version: int) -> dict[str, Any]:
+        """The parameters a later page must repeat, with the starting version the first page
+        resolved (maxFiles may change between pages)."""
+        return {
+            "startingVersion": starting_version,
+            "endingVersion": self.ending_version,
+            "startingTimestamp": self.starting_timestamp,
+            "endingTimestamp": self.ending_timestamp,
+            "includeHistoricalMetadata": self.include_historical_metadata,
+            "includeHistoricalProtocol": self.include_historical_protocol,
+        }
+
+
+def _positive_param(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidParameter(
+            f"expected a number but the string didn't have the appropriate format: {name}={value!r}"
+        ) from None
+    if number <= 0:
+        raise InvalidParameter(f"{name} must be positive.")
+    return number
 
 
 def parse_version_param(name: str, value: str | None) -> int | None:

@@ -34,9 +34,11 @@ from deltaport.server import errors
 from deltaport.server.config import ServerConfig
 from deltaport.server.file_keys import KeyingPool
 from deltaport.server.hot_paths import HotTableCalls
-from deltaport.server.registry import SharedTable
-from deltaport.server.service import Reply, SharingService
+from deltaport.server.registry import SharedTable, StoreOpener
+from deltaport.server.service import Reply, SharingService, SignerFactory
 from deltaport.server.tokens import TokenCodec
+from deltaport.signing import LocalFileSigner, UrlSigner, signer_for
+from deltaport.storage import store_for
 
 access_log = logging.getLogger("deltaport.access")
 
@@ -214,31 +216,38 @@ class AccessLog:
 def create_app(
     config: ServerConfig,
     *,
-    cache: SnapshotCache | None = None,
+    store: StoreOpener = store_for,
+    signer: SignerFactory | None = None,
     clock: Callable[[], float] = time.time,
+    cache: SnapshotCache | None = None,
     file_secret: bytes | None = None,
     keying_processes: int = 0,
     hot_paths: bool = True,
 ) -> FastAPI:
     """The sharing server for ``config``. Secrets default to fresh random ones per process.
 
-    ``keying_processes`` worker processes hash file ids and sign URLs for large responses beside
-    the server process (started with the app, stopped with it); 0 keeps that work in-process.
-    ``hot_paths`` answers GET /version and /metadata without the framework's machinery (see
-    hot_paths.py); off, the routes answer them, with the same bytes.
+    ``store`` opens a table's storage from its location and storage options (default: by URL
+    scheme); ``signer`` makes a table's URL signer for a request's base URL (default: the server's
+    own file URLs for local tables, the object store's presigned URLs otherwise); ``clock`` is
+    the time in seconds. ``keying_processes`` worker processes hash file ids and sign URLs for
+    large responses beside the server process (started with the app, stopped with it); 0 keeps
+    that work in-process. ``hot_paths`` answers GET /version and /metadata without the
+    framework's machinery (see hot_paths.py); off, the routes answer them, with the same bytes.
     """
-    from deltaport.signing import LocalFileSigner, signer_for
-
     cache = cache or SnapshotCache()
     codec = TokenCodec(config.token_secret or secrets.token_bytes(32), clock=clock)
     file_secret = file_secret or secrets.token_bytes(32)
     access_key = "DELTAPORT" + secrets.token_hex(6).upper()
     prefix = config.endpoint.rstrip("/")
 
-    def signer_factory(st: SharedTable, base_url: str):
+    def own_signer(shared: SharedTable, base_url: str) -> UrlSigner:
         public = config.public_url or base_url.rstrip("/")
         return signer_for(
-            st.delta(cache).store, base_url=public + prefix, table_key=st.key, access_key=access_key, secret=file_secret
+            shared.delta(cache).store,
+            base_url=public + prefix,
+            table_key=shared.key,
+            access_key=access_key,
+            secret=file_secret,
         )
 
     verifier = LocalFileSigner(
@@ -246,8 +255,30 @@ def create_app(
     )
     keying = KeyingPool(keying_processes)
     service = SharingService(
-        config, signer_factory=signer_factory, cache=cache, codec=codec, clock=clock, keying=keying
+        config,
+        signer_factory=signer or own_signer,
+        cache=cache,
+        codec=codec,
+        clock=clock,
+        keying=keying,
+        open_store=store,
     )
+
+    app = _new_app(service, keying)
+    _add_listing_routes(app, service, prefix)
+    version_call, metadata_call = _table_calls(service)
+    _add_snapshot_routes(app, prefix, version_call, metadata_call)
+    _add_query_routes(app, service, prefix)
+    _add_changes_route(app, service, prefix)
+    _add_file_routes(app, service, verifier, cache, prefix)
+    if hot_paths:  # the calls read exactly the parameters and headers their routes declare
+        _add_hot_paths(app, prefix, {"version": version_call, "metadata": metadata_call})
+    app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too
+    return app
+
+
+def _new_app(service: SharingService, keying: KeyingPool) -> FastAPI:
+    """The FastAPI app with its lifespan (the keying pool) and error handlers."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -269,16 +300,16 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, errors.http_error)  # type: ignore[arg-type]  # typed for Exception
     app.add_exception_handler(RequestValidationError, errors.validation_error)  # type: ignore[arg-type]  # typed for Exception
     app.add_exception_handler(Exception, errors.unexpected_error)
+    return app
 
-    def who(authorization: Optional[str]):
-        return service.principal(authorization)
 
-    def base(request: Request) -> str:
-        return str(request.base_url)
+def _add_listing_routes(app: FastAPI, service: SharingService, prefix: str) -> None:
+    """Health, and the listing of shares, schemas and tables."""
+    who = service.principal
 
     @app.get("/health", tags=["server"])
     async def health() -> dict:
-        return {"status": "ok", "shares": len(config.shares)}
+        return {"status": "ok", "shares": len(service.config.shares)}
 
     @app.get(prefix + "/shares", tags=["shares"], dependencies=_QUERY_CHECK)
     def list_shares(
@@ -318,13 +349,18 @@ def create_app(
     ):
         return _reply(service.list_all_tables(who(authorization), share, maxResults, pageToken))
 
+
+def _table_calls(service: SharingService):
+    """GET /version (and its HEAD) and /metadata, from their parameters and headers: called by their
+    routes and by the hot paths alike."""
+
     async def version_call(
         share: str, schema: str, table: str, query: dict, headers: dict, head: bool = False
     ) -> Response:
         return _reply(
             await run_in_threadpool(
                 service.table_version,
-                who(headers.get("authorization")),
+                service.principal(headers.get("authorization")),
                 share,
                 schema,
                 table,
@@ -337,7 +373,7 @@ def create_app(
         return _reply(
             await run_in_threadpool(
                 service.metadata,
-                who(headers.get("authorization")),
+                service.principal(headers.get("authorization")),
                 share,
                 schema,
                 table,
@@ -346,6 +382,12 @@ def create_app(
                 headers.get("delta-sharing-capabilities"),
             )
         )
+
+    return version_call, metadata_call
+
+
+def _add_snapshot_routes(app: FastAPI, prefix: str, version_call, metadata_call) -> None:
+    """A table's version (GET, and HEAD on the table) and metadata."""
 
     @app.get(prefix + _T + "/version", tags=["tables"], dependencies=_QUERY_CHECK)
     async def table_version(
@@ -389,6 +431,11 @@ def create_app(
             {"authorization": authorization, "delta-sharing-capabilities": delta_sharing_capabilities},
         )
 
+
+def _add_query_routes(app: FastAPI, service: SharingService, prefix: str) -> None:
+    """A table's files (POST /query)."""
+    who = service.principal
+
     @app.post(prefix + _T + "/query", tags=["tables"])
     async def query(
         share: str,
@@ -409,9 +456,14 @@ def create_app(
             body,
             delta_sharing_capabilities,
             fileidhash,
-            base(request),
+            str(request.base_url),
         )
         return _reply(reply)
+
+
+def _add_changes_route(app: FastAPI, service: SharingService, prefix: str) -> None:
+    """A table's change data feed (GET /changes)."""
+    who = service.principal
 
     @app.get(prefix + _T + "/changes", tags=["tables"], dependencies=_QUERY_CHECK)
     def changes(
@@ -449,10 +501,16 @@ def create_app(
                 table,
                 params,
                 delta_sharing_capabilities,
-                base(request),
+                str(request.base_url),
                 fileidhash=fileidhash,
             )
         )
+
+
+def _add_file_routes(
+    app: FastAPI, service: SharingService, verifier: LocalFileSigner, cache: SnapshotCache, prefix: str
+) -> None:
+    """The server's own file URLs (local tables): GET and HEAD, checked by ``verifier``."""
 
     @app.get(
         prefix + "/files/{key}/{path:path}",
@@ -473,13 +531,12 @@ def create_app(
     def serve_file(request: Request):
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
         table_key, rel = verifier.verify(
-            request.method, request.headers.get("host", ""), raw_path, request.url.query, now=clock()
+            request.method, request.headers.get("host", ""), raw_path, request.url.query, now=service.clock()
         )
-        st = service.registry.by_key(table_key)
-        if st is None:
+        shared = service.registry.by_key(table_key)
+        if shared is None:
             raise PermissionDenied("this URL names no table this server shares")
-        store = st.delta(cache).store
-        local = getattr(store, "local_path", None)
+        local = getattr(shared.delta(cache).store, "local_path", None)
         if local is None:
             raise ResourceNotFound("this table's files are served by its object store, not by this server")
         full = local(rel).resolve()
@@ -494,26 +551,26 @@ def create_app(
             raise ResourceNotFound(f"file not found: {rel}")
         return _LargeChunkFileResponse(os.fspath(full), media_type="application/octet-stream", stat_result=info)
 
-    if hot_paths:  # the calls read exactly the parameters and headers their routes declare
-        hot = {"version": version_call, "metadata": metadata_call}
-        routes = {
-            r.path.rsplit("/", 1)[-1]: r
-            for r in app.routes
-            if isinstance(r, APIRoute)
-            and r.path in {prefix + _T + "/" + name for name in hot}
-            and "GET" in (r.methods or ())
-        }
-        app.add_middleware(
-            HotTableCalls,
-            prefix=prefix,
-            calls={
-                name: (
-                    handler,
-                    _declared_query_params(routes[name]),
-                    tuple(h.lower() for h in _declared_params(routes[name], "header_params")),
-                )
-                for name, handler in hot.items()
-            },
-        )
-    app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too
-    return app
+
+def _add_hot_paths(app: FastAPI, prefix: str, hot: dict) -> None:
+    """Answer ``hot`` calls (by last path segment) before the framework's routing; each reads the
+    query parameters and headers its route declares."""
+    routes = {
+        r.path.rsplit("/", 1)[-1]: r
+        for r in app.routes
+        if isinstance(r, APIRoute)
+        and r.path in {prefix + _T + "/" + name for name in hot}
+        and "GET" in (r.methods or ())
+    }
+    app.add_middleware(
+        HotTableCalls,
+        prefix=prefix,
+        calls={
+            name: (
+                handler,
+                _declared_query_params(routes[name]),
+                tuple(h.lower() for h in _declared_params(routes[name], "header_params")),
+            )
+            for name, handler in hot.items()
+        },
+    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import orjson
@@ -24,7 +24,21 @@ import pyarrow.compute as pc
 from deltaport.delta import Snapshot
 from deltaport.server.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_packed
 from deltaport.server.pipeline import pipelined
-from deltaport.signing.local import LocalFileSigner
+
+
+@runtime_checkable
+class BatchSigner(Protocol):
+    """A signer whose URLs share one query string and differ by path and signature only (the
+    server's own file URLs): what the column-wise path needs to sign a whole chunk at once."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    @property
+    def table_uri_prefix(self) -> str: ...
+
+    def batch_signing(self, *, expires_in: int, now: float | None = None) -> tuple[str, Any, int]: ...
+
 
 WINDOW_SECONDS = 60  # URLs signed within one window are identical, so they can be reused
 
@@ -138,7 +152,7 @@ class ColumnarLines:
         self,
         snapshot: Snapshot,
         indices: pa.Array,
-        signer: LocalFileSigner,
+        signer: BatchSigner,
         *,
         expires_in: int,
         now: float,
@@ -147,6 +161,10 @@ class ColumnarLines:
         chunk: int = 32768,
     ) -> tuple[Iterator[memoryview], int | None]:
         """File lines for ``indices`` and the URLs' expiry (ms), built and streamed chunk by chunk.
+
+        Long by choice: one response's two-stage pipeline, whose closures share the response's
+        state (caches read and filled, the worker's queue, the signing window); split, that state
+        would move into a class with no other use.
 
         Ids, URIs and signatures are computed per chunk in one thread while another joins the
         lines of the previous chunk, so the first bytes leave at once. A whole-table read fills the

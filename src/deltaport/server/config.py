@@ -28,7 +28,10 @@ class ConfigError(DeltaportError):
 
 
 @dataclass(frozen=True)
-class TableConfig:
+class SharedTableConfig:
+    """One shared table as the server config declares it (the Delta table's own protocol and
+    metadata are :class:`deltaport.delta.TableConfig`)."""
+
     name: str
     location: str
     id: str = ""
@@ -40,7 +43,7 @@ class TableConfig:
 @dataclass(frozen=True)
 class SchemaConfig:
     name: str
-    tables: tuple[TableConfig, ...]
+    tables: tuple[SharedTableConfig, ...]
 
 
 @dataclass(frozen=True)
@@ -231,11 +234,11 @@ def _check_key_pair(cfg: SslConfig) -> None:
         ) from None
 
 
-def _table(d: Mapping[str, Any], where: str) -> TableConfig:
+def _table(d: Mapping[str, Any], where: str) -> SharedTableConfig:
     _check_keys(d, "a table", f"a table in {where}")
     name = _check_name(_need(d, "name", f"a table in {where}"), "table", allow_dot=False)
     location = _need(d, "location", f"table '{name}'")
-    return TableConfig(
+    return SharedTableConfig(
         name=name,
         location=str(location),
         id=str(d.get("id") or ""),
@@ -282,73 +285,82 @@ def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
     )
 
 
+def _check_version(version: Any) -> None:
+    if version is None:
+        raise ConfigError("'version' must be provided")
+    number = _int(version, "version")
+    if number <= 0:
+        raise ConfigError("'version' must be greater than 0")
+    if number > 1:
+        raise ConfigError(
+            f"The 'version' in the server config is {number} which is too new. "
+            "The current release supports version 1 and below."
+        )
+
+
+def _share(entry: Any) -> ShareConfig:
+    _check_keys(entry, "a share")
+    name = _check_name(_need(entry, "name", "a share"), "share", allow_dot=True)
+    schemas = []
+    for schema in entry.get("schemas") or []:
+        _check_keys(schema, "a schema", f"a schema in share '{name}'")
+        schema_name = _check_name(_need(schema, "name", f"a schema in share '{name}'"), "schema", allow_dot=False)
+        tables = tuple(_table(t, f"schema '{name}.{schema_name}'") for t in schema.get("tables") or [])
+        table_names = [t.name.lower() for t in tables]
+        if len(set(table_names)) != len(table_names):
+            raise ConfigError(f"schema '{name}.{schema_name}' defines a table name twice")
+        schemas.append(SchemaConfig(schema_name, tables))
+    return ShareConfig(name, tuple(schemas), str(entry.get("id") or ""))
+
+
+def _bearer_hash(entry: Any) -> bytes:
+    auth = _check_keys(entry, "'authorization'")
+    token = auth.get("bearerToken") if isinstance(auth, Mapping) else None
+    if not token:
+        raise ConfigError("'bearerToken' in 'authorization' must be provided")
+    return hash_token(str(token))
+
+
+def _ssl(entry: Any) -> SslConfig:
+    if not isinstance(entry, Mapping):
+        raise ConfigError("'ssl' must be a mapping: selfSigned, or certificateFile and certificateKeyFile")
+    _check_keys(entry, "'ssl'")
+    ssl = SslConfig(
+        _bool(entry.get("selfSigned", False), "selfSigned"),
+        *(
+            str(entry[k]) if entry.get(k) not in (None, "") else None
+            for k in ("certificateFile", "certificateKeyFile", "certificatePasswordFile")
+        ),
+    )
+    if not ssl.self_signed and not (ssl.certificate_file and ssl.certificate_key_file):
+        raise ConfigError(
+            "'certificateFile' and 'certificateKeyFile' in 'ssl' must be provided (or set selfSigned: true)"
+        )
+    if not ssl.self_signed:
+        for key in ("certificateFile", "certificateKeyFile", "certificatePasswordFile"):
+            _check_readable_file(entry.get(key), key)
+        _check_key_pair(ssl)
+    return ssl
+
+
 def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
     """A ServerConfig from the parsed YAML mapping."""
     if not isinstance(d, Mapping):
         raise ConfigError("the configuration must be a YAML mapping with 'version: 1' and 'shares'")
     _check_keys(d, "the server config")
-    version = d.get("version")
-    if version is None:
-        raise ConfigError("'version' must be provided")
-    version = _int(version, "version")
-    if version <= 0:
-        raise ConfigError("'version' must be greater than 0")
-    if version > 1:
-        raise ConfigError(
-            f"The 'version' in the server config is {version} which is too new. "
-            "The current release supports version 1 and below."
-        )
-    shares = []
-    seen_shares = set()
-    for s in d.get("shares") or []:
-        _check_keys(s, "a share")
-        share_name = _check_name(_need(s, "name", "a share"), "share", allow_dot=True)
-        if share_name.lower() in seen_shares:
-            raise ConfigError(f"share '{share_name}' is defined twice")
-        seen_shares.add(share_name.lower())
-        schemas = []
-        for sc in s.get("schemas") or []:
-            _check_keys(sc, "a schema", f"a schema in share '{share_name}'")
-            schema_name = _check_name(_need(sc, "name", f"a schema in share '{share_name}'"), "schema", allow_dot=False)
-            tables = tuple(_table(t, f"schema '{share_name}.{schema_name}'") for t in sc.get("tables") or [])
-            names = [t.name.lower() for t in tables]
-            if len(set(names)) != len(names):
-                raise ConfigError(f"schema '{share_name}.{schema_name}' defines a table name twice")
-            schemas.append(SchemaConfig(schema_name, tables))
-        shares.append(ShareConfig(share_name, tuple(schemas), str(s.get("id") or "")))
-    bearer = None
-    if "authorization" in d and d["authorization"] is not None:
-        auth = _check_keys(d["authorization"], "'authorization'")
-        token = auth.get("bearerToken") if isinstance(auth, Mapping) else None
-        if not token:
-            raise ConfigError("'bearerToken' in 'authorization' must be provided")
-        bearer = hash_token(str(token))
+    _check_version(d.get("version"))
+    shares = tuple(_share(s) for s in d.get("shares") or [])
+    share_names = [share.name.lower() for share in shares]
+    for share in shares:
+        if share_names.count(share.name.lower()) > 1:
+            raise ConfigError(f"share '{share.name}' is defined twice")
     recipients = tuple(_recipient(r) for r in d.get("recipients") or [])
-    for r in recipients:
-        unknown = [s for s in r.shares if s not in seen_shares]
+    for recipient in recipients:
+        unknown = [name for name in recipient.shares if name not in share_names]
         if unknown:
-            raise ConfigError(f"recipient '{r.name}' is granted unknown share(s) {unknown}")
-    ssl = None
-    if d.get("ssl"):
-        sd = d["ssl"]
-        if not isinstance(sd, Mapping):
-            raise ConfigError("'ssl' must be a mapping: selfSigned, or certificateFile and certificateKeyFile")
-        _check_keys(sd, "'ssl'")
-        ssl = SslConfig(
-            _bool(sd.get("selfSigned", False), "selfSigned"),
-            *(
-                str(sd[k]) if sd.get(k) not in (None, "") else None
-                for k in ("certificateFile", "certificateKeyFile", "certificatePasswordFile")
-            ),
-        )
-        if not ssl.self_signed and not (ssl.certificate_file and ssl.certificate_key_file):
-            raise ConfigError(
-                "'certificateFile' and 'certificateKeyFile' in 'ssl' must be provided (or set selfSigned: true)"
-            )
-        if not ssl.self_signed:
-            for key in ("certificateFile", "certificateKeyFile", "certificatePasswordFile"):
-                _check_readable_file(sd.get(key), key)
-            _check_key_pair(ssl)
+            raise ConfigError(f"recipient '{recipient.name}' is granted unknown share(s) {unknown}")
+    bearer = _bearer_hash(d["authorization"]) if d.get("authorization") is not None else None
+    ssl = _ssl(d["ssl"]) if d.get("ssl") else None
     if "evaluateJsonPredicateHintsV2" in d:
         _bool(d["evaluateJsonPredicateHintsV2"], "evaluateJsonPredicateHintsV2")
         log.warning(

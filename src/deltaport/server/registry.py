@@ -9,13 +9,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.errors import InvalidParameter, ResourceNotFound, Unauthenticated
-from deltaport.server.config import SchemaConfig, ServerConfig, ShareConfig, TableConfig, hash_token
+from deltaport.server.config import SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig, hash_token
 from deltaport.server.tokens import LIST_TOKEN_ERROR, TokenBinding, TokenCodec
+from deltaport.storage import ObjectStore, store_for
 
 
 @dataclass(frozen=True)
@@ -27,13 +29,18 @@ class Principal:
         return self.shares is None or share.lower() in self.shares
 
 
+#: Opens the store of a table: (location, storage options) -> ObjectStore.
+StoreOpener = Callable[[str, Mapping[str, Any]], ObjectStore]
+
+
 @dataclass
 class SharedTable:
     share: ShareConfig
     schema: SchemaConfig
-    config: TableConfig
+    config: SharedTableConfig
     key: str  # opaque, URL-safe: names this table in the server's own file URLs
     storage_options: dict[str, Any] = field(default_factory=dict)
+    open_store: StoreOpener = store_for
     _delta: DeltaTable | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -44,7 +51,8 @@ class SharedTable:
     def delta(self, cache: SnapshotCache) -> DeltaTable:
         with self._lock:
             if self._delta is None:
-                self._delta = DeltaTable(self.config.location, storage_options=self.storage_options, cache=cache)
+                store = self.open_store(self.config.location, self.storage_options)
+                self._delta = DeltaTable(self.config.location, store=store, cache=cache)
             return self._delta
 
 
@@ -53,7 +61,7 @@ def _table_key(share: str, schema: str, table: str) -> str:
 
 
 class Registry:
-    def __init__(self, config: ServerConfig, codec: TokenCodec) -> None:
+    def __init__(self, config: ServerConfig, codec: TokenCodec, *, open_store: StoreOpener = store_for) -> None:
         self.config = config
         self.codec = codec
         self._shares = {s.name.lower(): s for s in config.shares}
@@ -63,9 +71,10 @@ class Registry:
             for schema in share.schemas:
                 for table in schema.tables:
                     options = {**config.storage_options, **table.storage_options}
-                    st = SharedTable(share, schema, table, _table_key(share.name, schema.name, table.name), options)
-                    self._tables[(share.name.lower(), schema.name.lower(), table.name.lower())] = st
-                    self._by_key[st.key] = st
+                    key = _table_key(share.name, schema.name, table.name)
+                    shared = SharedTable(share, schema, table, key, options, open_store)
+                    self._tables[(share.name.lower(), schema.name.lower(), table.name.lower())] = shared
+                    self._by_key[key] = shared
 
     # --- authentication ---------------------------------------------------------------------
 

@@ -7,34 +7,30 @@ so a client error is always a 4xx JSON response; only signing happens while stre
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import pyarrow.compute as pc
 
-from deltaport.delta import DeltaTable, Snapshot, SnapshotCache
-from deltaport.delta.history import parse_timestamp
+from deltaport.delta import CommitChanges, DeltaTable, Snapshot, SnapshotCache, TableConfig
+from deltaport.delta.history import to_epoch_ms
 from deltaport.delta.replay import ABSOLUTE_PATH
 from deltaport.delta.scan import scan
+from deltaport.delta.table_changes import check_change_data_recorded
 from deltaport.errors import DeltaportError, InvalidParameter, TimestampOutOfRange, UnsupportedOperation, public_message
 from deltaport.expressions import And
 from deltaport.protocol import lines
 from deltaport.protocol.capabilities import DELTA, HEADER, PARQUET, Capabilities
 from deltaport.protocol.hints import parse_json_predicate, parse_sql_predicates
-from deltaport.protocol.requests import (
-    QueryRequest,
-    parse_bool_param,
-    parse_max_results,
-    parse_version_param,
-)
+from deltaport.protocol.requests import ChangesRequest, QueryRequest, parse_max_results, parse_version_param
 from deltaport.server.columnar_lines import ColumnarLines
-from deltaport.server.config import ServerConfig
+from deltaport.server.config import SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig
 from deltaport.server.file_keys import KeyingPool
-from deltaport.server.registry import Principal, Registry, SharedTable
+from deltaport.server.registry import Principal, Registry, SharedTable, StoreOpener
 from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.translate import FileLineMaker, choose_format, header_lines
-from deltaport.signing.local import LocalFileSigner
+from deltaport.storage import store_for
 
 
 @dataclass
@@ -53,29 +49,46 @@ SignerFactory = Callable[[SharedTable, str], Any]  # (table, request base URL) -
 def parse_fileidhash(value: str | None) -> str | None:
     if value is None:
         return None
-    v = value.strip().lower()
-    if v not in (PARQUET, DELTA):
+    name = value.strip().lower()
+    if name not in (PARQUET, DELTA):
         raise InvalidParameter(f"Unsupported fileidhash: '{value}'. Supported: parquet, delta")
-    return v
+    return name
 
 
-def _history_error(st: SharedTable) -> InvalidParameter:
+def _history_error(shared: SharedTable) -> InvalidParameter:
     return InvalidParameter(
         "Reading table by version or timestamp is not supported because history sharing "
-        f"is not enabled on table: {st.full_name}"
+        f"is not enabled on table: {shared.full_name}"
     )
 
 
-def _binding(who: Principal, st: SharedTable) -> TokenBinding:
+def _share_item(share: ShareConfig) -> dict[str, Any]:
+    return {"name": share.name, **({"id": share.id} if share.id else {})}
+
+
+def _table_item(share: ShareConfig, schema: SchemaConfig, table: SharedTableConfig) -> dict[str, Any]:
+    item = {"name": table.name, "schema": schema.name, "share": share.name}
+    if table.id:
+        item["id"] = table.id
+    if share.id:
+        item["shareId"] = share.id
+    return item
+
+
+def _listing(items: list[dict[str, Any]], next_page_token: str | None) -> Reply:
+    return Reply(json={"items": items, **({"nextPageToken": next_page_token} if next_page_token else {})})
+
+
+def _binding(who: Principal, shared: SharedTable) -> TokenBinding:
     """What a table's page and refresh tokens are bound to: the recipient and the table."""
-    return TokenBinding(who.name, st.full_name.lower(), st.config.id)
+    return TokenBinding(who.name, shared.full_name.lower(), shared.config.id)
 
 
 def _timestamp_ms(value: str, name: str) -> int:
     try:
         if ":" not in value:  # a date alone names no instant
             raise ValueError(value)
-        return parse_timestamp(value)
+        return to_epoch_ms(value)
     except (ValueError, TypeError):
         raise InvalidParameter(
             f"Invalid {name}: {value!r} is not an ISO-8601 timestamp with a zone, e.g. 2024-05-01T00:00:00Z"
@@ -92,12 +105,13 @@ class SharingService:
         codec: TokenCodec,
         clock: Callable[[], float] = time.time,
         keying: KeyingPool | None = None,
+        open_store: StoreOpener = store_for,
     ) -> None:
         self.config = config
         self.cache = cache
         self.codec = codec
         self.clock = clock
-        self.registry = Registry(config, codec)
+        self.registry = Registry(config, codec, open_store=open_store)
         self.signer_factory = signer_factory
         self.columnar = ColumnarLines(pool=keying)
 
@@ -109,89 +123,72 @@ class SharingService:
     def list_shares(self, who: Principal, max_results: str | None, page_token: str | None) -> Reply:
         shares = self.registry.shares(who)
         page, token = self.registry.paginate(who, "shares", shares, parse_max_results(max_results), page_token)
-        items = [{"name": s.name, **({"id": s.id} if s.id else {})} for s in page]
-        return Reply(json={"items": items, **({"nextPageToken": token} if token else {})})
+        return _listing([_share_item(found) for found in page], token)
 
     def get_share(self, who: Principal, share: str) -> Reply:
-        s = self.registry.share(who, share)
-        return Reply(json={"share": {"name": s.name, **({"id": s.id} if s.id else {})}})
+        return Reply(json={"share": _share_item(self.registry.share(who, share))})
 
     def list_schemas(self, who: Principal, share: str, max_results: str | None, page_token: str | None) -> Reply:
-        s = self.registry.share(who, share)
+        found = self.registry.share(who, share)
         page, token = self.registry.paginate(
-            who, f"schemas:{s.name}", list(s.schemas), parse_max_results(max_results), page_token
+            who, f"schemas:{found.name}", list(found.schemas), parse_max_results(max_results), page_token
         )
-        return Reply(
-            json={
-                "items": [{"name": sc.name, "share": s.name} for sc in page],
-                **({"nextPageToken": token} if token else {}),
-            }
-        )
-
-    def _table_item(self, share, schema, table) -> dict[str, Any]:
-        item = {"name": table.name, "schema": schema.name, "share": share.name}
-        if table.id:
-            item["id"] = table.id
-        if share.id:
-            item["shareId"] = share.id
-        return item
+        return _listing([{"name": schema.name, "share": found.name} for schema in page], token)
 
     def list_tables(
         self, who: Principal, share: str, schema: str, max_results: str | None, page_token: str | None
     ) -> Reply:
-        s, sc = self.registry.schema(who, share, schema)
+        found, in_schema = self.registry.schema(who, share, schema)
         page, token = self.registry.paginate(
-            who, f"tables:{s.name}:{sc.name}", list(sc.tables), parse_max_results(max_results), page_token
+            who,
+            f"tables:{found.name}:{in_schema.name}",
+            list(in_schema.tables),
+            parse_max_results(max_results),
+            page_token,
         )
-        return Reply(
-            json={"items": [self._table_item(s, sc, t) for t in page], **({"nextPageToken": token} if token else {})}
-        )
+        return _listing([_table_item(found, in_schema, table) for table in page], token)
 
     def list_all_tables(self, who: Principal, share: str, max_results: str | None, page_token: str | None) -> Reply:
-        s = self.registry.share(who, share)
-        all_items = [(sc, t) for sc in s.schemas for t in sc.tables]
+        found = self.registry.share(who, share)
+        every = [(schema, table) for schema in found.schemas for table in schema.tables]
         page, token = self.registry.paginate(
-            who, f"all-tables:{s.name}", all_items, parse_max_results(max_results), page_token
+            who, f"all-tables:{found.name}", every, parse_max_results(max_results), page_token
         )
-        return Reply(
-            json={
-                "items": [self._table_item(s, sc, t) for sc, t in page],
-                **({"nextPageToken": token} if token else {}),
-            }
-        )
+        return _listing([_table_item(found, schema, table) for schema, table in page], token)
 
     # --- table version and metadata ---------------------------------------------------------
 
-    def _delta(self, st: SharedTable) -> DeltaTable:
-        return st.delta(self.cache)
+    def _delta(self, shared: SharedTable) -> DeltaTable:
+        return shared.delta(self.cache)
 
-    def _check_start_version(self, st: SharedTable, version: int, what: str = "data") -> None:
-        if version < st.config.start_version:
-            raise InvalidParameter(f"You can only query table {what} since version {st.config.start_version}.")
+    def _check_start_version(self, shared: SharedTable, version: int, what: str = "data") -> None:
+        first = shared.config.start_version
+        if version < first:
+            raise InvalidParameter(f"You can only query table {what} since version {first}.")
 
     def table_version(
         self, who: Principal, share: str, schema: str, table: str, starting_timestamp: str | None
     ) -> Reply:
-        st = self.registry.table(who, share, schema, table)
-        dt = self._delta(st)
+        shared = self.registry.table(who, share, schema, table)
+        delta_table = self._delta(shared)
         if starting_timestamp is None:
-            version = dt.latest_version()
+            version = delta_table.latest_version()
         else:
-            if not st.config.history_shared:
-                raise _history_error(st)
-            ts = _timestamp_ms(starting_timestamp, "startingTimestamp")
-            version = dt.history().version_at_or_after(ts)
-            self._check_start_version(st, version)
+            if not shared.config.history_shared:
+                raise _history_error(shared)
+            when = _timestamp_ms(starting_timestamp, "startingTimestamp")
+            version = delta_table.history().version_at_or_after(when)
+            self._check_start_version(shared, version)
         return Reply(headers={lines.VERSION_HEADER: str(version)})
 
-    def _snapshot(self, st: SharedTable, version: int | None, timestamp: str | None) -> Snapshot:
-        if (version is not None or timestamp is not None) and not st.config.history_shared:
-            raise _history_error(st)
-        dt = self._delta(st)
+    def _snapshot(self, shared: SharedTable, version: int | None, timestamp: str | None) -> Snapshot:
+        if (version is not None or timestamp is not None) and not shared.config.history_shared:
+            raise _history_error(shared)
+        delta_table = self._delta(shared)
         if timestamp is not None:
-            version = dt.history().version_at_or_before(_timestamp_ms(timestamp, "timestamp"))
-        snap = dt.snapshot(version)
-        self._check_start_version(st, snap.version)
+            version = delta_table.history().version_at_or_before(_timestamp_ms(timestamp, "timestamp"))
+        snap = delta_table.snapshot(version)
+        self._check_start_version(shared, snap.version)
         return snap
 
     def metadata(
@@ -205,17 +202,17 @@ class SharingService:
         capabilities: str | None,
     ) -> Reply:
         caps = Capabilities.parse(capabilities)
-        v = parse_version_param("version", version)
-        if v is not None and timestamp is not None:
+        asked_version = parse_version_param("version", version)
+        if asked_version is not None and timestamp is not None:
             raise InvalidParameter("Please only provide one of: version,timestamp")
-        st = self.registry.table(who, share, schema, table)
-        snap = self._snapshot(st, v, timestamp)
+        shared = self.registry.table(who, share, schema, table)
+        snap = self._snapshot(shared, asked_version, timestamp)
         fmt = choose_format(caps, snap.config)
         body = header_lines(
             snap.config,
             fmt,
-            history_shared=st.config.history_shared,
-            version=snap.version if (v is not None or timestamp is not None) else None,
+            history_shared=shared.config.history_shared,
+            version=snap.version if (asked_version is not None or timestamp is not None) else None,
             size=snap.size_in_bytes,
             num_files=snap.num_files,
         )
@@ -261,112 +258,108 @@ class SharingService:
                 "asynchronous queries are not supported by this server: send the query "
                 "without asyncquery=true in delta-sharing-capabilities"
             )
-        id_hash_header = parse_fileidhash(fileidhash)
-        st = self.registry.table(who, share, schema, table)
-        if (
-            req.version is not None or req.timestamp is not None or req.starting_version is not None
-        ) and not st.config.history_shared:
-            raise _history_error(st)
+        answer = _Answer(caps, parse_fileidhash(fileidhash), base_url)
+        shared = self.registry.table(who, share, schema, table)
+        if req.specific_version and not shared.config.history_shared:
+            raise _history_error(shared)
         if req.starting_version is not None:
-            return self._streaming_query(who, st, req, caps, id_hash_header, base_url)
-        binding = _binding(who, st)
+            return self._streaming_query(who, shared, req, answer)
+        return self._snapshot_query(who, shared, req, answer)
+
+    def _snapshot_query(self, who: Principal, shared: SharedTable, req: QueryRequest, answer: _Answer) -> Reply:
+        binding = _binding(who, shared)
         checksum = params_checksum(req.checksum_params())
-        pinned = None
-        start = 0
+        snap, start = self._query_snapshot(shared, req, binding, checksum)
+        fmt = choose_format(answer.caps, snap.config)
+        _check_paths_inside(snap)
+        indices = scan(snap, self._predicate(req), req.limit_hint).indices
+        page_size = self._page_size(req.max_files, paged=bool(req.max_files or req.page_token))
+        next_token = None
+        if page_size is not None:
+            indices, next_token = self._snapshot_page(indices, start, page_size, snap.version, binding, checksum)
+        refresh = None
+        if req.include_refresh_token:
+            ttl_ms = self.config.refresh_token_ttl_ms
+            refresh = self.codec.encode("refresh", binding, {"v": snap.version}, ttl_ms=ttl_ms, params=checksum)
+        end_stream = answer.caps.include_end_stream_action or req.include_refresh_token or page_size is not None
+        version = snap.version if (req.version is not None or req.timestamp is not None) else None
+        head = header_lines(
+            snap.config,
+            fmt,
+            history_shared=shared.config.history_shared,
+            version=version,
+            size=snap.size_in_bytes,
+            num_files=snap.num_files,
+        )
+        maker = self._line_maker(shared, answer, fmt, snap.table_uri)
+        files = maker.snapshot_lines(snap, indices, version=version)
+        tail = None
+        if end_stream:
+            tail = lambda: lines.end_stream(  # noqa: E731
+                refresh_token=refresh, next_page_token=next_token, min_url_expiration_timestamp=maker.expiry.min_ms
+            )
+        headers = self._table_headers(snap.version, answer.caps, fmt, answer.id_hash)
+        return Reply(headers=headers, stream=_stream(head, files, tail, end_stream))
+
+    def _query_snapshot(
+        self, shared: SharedTable, req: QueryRequest, binding: TokenBinding, checksum: str
+    ) -> tuple[Snapshot, int]:
+        """The snapshot a query reads and the index of its first file: the version a page or
+        refresh token pins (the one the query already read: not time travel, so it needs no history
+        sharing), else the version or timestamp asked for, else the latest."""
+        pinned, start = None, 0
         if req.page_token:
             data = self.codec.decode("page", req.page_token, binding, params=checksum)
             pinned, start = int(data["v"]), int(data["i"])
         elif req.refresh_token:
             pinned = int(self.codec.decode("refresh", req.refresh_token, binding, params=checksum)["v"])
-        if pinned is not None:
-            # the version a page or refresh token carries is the one this query already read: not
-            # time travel, so it needs no history sharing
-            snap = self._delta(st).snapshot(pinned)
-            self._check_start_version(st, snap.version)
-        else:
-            snap = self._snapshot(st, req.version, req.timestamp)
-        fmt = choose_format(caps, snap.config)
-        _check_paths_inside(snap)
-        result = scan(snap, self._predicate(req), req.limit_hint)
-        indices = result.indices
-        page_size = self._page_size(req.max_files, paged=bool(req.max_files or req.page_token))
+        if pinned is None:
+            return self._snapshot(shared, req.version, req.timestamp), start
+        snap = self._delta(shared).snapshot(pinned)
+        self._check_start_version(shared, snap.version)
+        return snap, start
+
+    def _snapshot_page(
+        self, indices: Any, start: int, page_size: int, version: int, binding: TokenBinding, checksum: str
+    ) -> tuple[Any, str | None]:
+        """One page of a snapshot's files and the token of the next page (None on the last)."""
+        if start > len(indices):
+            raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
         next_token = None
-        if page_size is not None:
-            if start > len(indices):
-                raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
-            if start + page_size < len(indices):
-                next_token = self.codec.encode(
-                    "page",
-                    binding,
-                    {"v": snap.version, "i": start + page_size},
-                    ttl_ms=self.config.query_table_page_token_ttl_ms,
-                    params=checksum,
-                )
-            indices = indices.slice(start, page_size)
-        refresh = None
-        if req.include_refresh_token:
-            refresh = self.codec.encode(
-                "refresh", binding, {"v": snap.version}, ttl_ms=self.config.refresh_token_ttl_ms, params=checksum
+        if start + page_size < len(indices):
+            next_token = self.codec.encode(
+                "page",
+                binding,
+                {"v": version, "i": start + page_size},
+                ttl_ms=self.config.query_table_page_token_ttl_ms,
+                params=checksum,
             )
-        end_stream = (
-            caps.include_end_stream_action
-            or req.max_files is not None
-            or req.include_refresh_token
-            or page_size is not None
+        return indices.slice(start, page_size), next_token
+
+    def _line_maker(self, shared: SharedTable, answer: _Answer, fmt: str, table_uri: str) -> FileLineMaker:
+        return FileLineMaker(
+            table_uri=table_uri,
+            signer=self.signer_factory(shared, answer.base_url),
+            expires_in=self.config.pre_signed_url_timeout_seconds,
+            fmt=fmt,
+            id_hash=answer.id_hash or fmt,
+            now=self.clock(),
+            columnar=self.columnar,
         )
-        time_travel = req.version is not None or req.timestamp is not None
-        signer = self.signer_factory(st, base_url)
-        head = header_lines(
-            snap.config,
-            fmt,
-            history_shared=st.config.history_shared,
-            version=snap.version if time_travel else None,
-            size=snap.size_in_bytes,
-            num_files=snap.num_files,
-        )
-        now = self.clock()
-        if fmt == PARQUET and isinstance(signer, LocalFileSigner) and _plain_files(snap):
-            files: Iterator[bytes | memoryview]
-            files, min_expiry = self.columnar.lines(
-                snap,
-                indices,
-                signer,
-                expires_in=self.config.pre_signed_url_timeout_seconds,
-                now=now,
-                id_hash=id_hash_header or fmt,
-                version=snap.version if time_travel else None,
-            )
-            expiry_ms = lambda: min_expiry  # noqa: E731
-        else:
-            maker = FileLineMaker(
-                table_uri=snap.table_uri,
-                signer=signer,
-                expires_in=self.config.pre_signed_url_timeout_seconds,
-                fmt=fmt,
-                id_hash=id_hash_header or fmt,
-                now=now,
-            )
-            files = maker.snapshot_lines(snap, indices, version=snap.version if time_travel else None)
-            expiry_ms = lambda: maker.expiry.min_ms  # noqa: E731
-        tail = (
-            (
-                lambda: lines.end_stream(
-                    refresh_token=refresh, next_page_token=next_token, min_url_expiration_timestamp=expiry_ms()
-                )
-            )
-            if end_stream
-            else None
-        )
-        return Reply(
-            headers=self._table_headers(snap.version, caps, fmt, id_hash_header),
-            stream=_stream(head, files, tail, end_stream),
-        )
+
+    def _page_size(self, max_files: int | None, *, paged: bool) -> int | None:
+        """Files per page: ``maxFiles`` capped by the config; a page token alone continues with the
+        config's page size. None when the reply is not paged."""
+        if not paged:
+            return None
+        limit = self.config.query_table_page_size_limit
+        return min(max_files or limit, limit)
 
     # --- streaming query and change data feed -------------------------------------------------
 
-    def _change_plan(self, st: SharedTable, start: int, end: int | None, *, cdf: bool) -> tuple[list, int]:
-        dt = self._delta(st)
-        latest = dt.latest_version()
+    def _change_plan(self, shared: SharedTable, start: int, end: int | None, *, cdf: bool) -> tuple[list, int]:
+        table = self._delta(shared)
+        latest = table.latest_version()
         if start > latest:
             raise InvalidParameter(
                 f"Provided Start version({start}) for reading change data is invalid. Start "
@@ -384,81 +377,54 @@ class SharingService:
             raise InvalidParameter(
                 f"CDF range from start {start} to end {end} was invalid. End cannot be before start."
             )
-        return dt.changes(start, end), latest
-
-    def _page_size(self, max_files: int | None, *, paged: bool) -> int | None:
-        """Files per page: ``maxFiles`` capped by the config; a page token alone continues with the
-        config's page size. None when the reply is not paged."""
-        if not paged:
-            return None
-        limit = self.config.query_table_page_size_limit
-        return min(max_files or limit, limit)
+        return table.changes(start, end), latest
 
     def _paged_change_plan(
         self,
         who: Principal,
-        st: SharedTable,
+        shared: SharedTable,
         start: int,
         end: int | None,
         page_token: str | None,
-        checksum_params: dict[str, Any],
+        checksum: str,
         *,
         cdf: bool,
-    ) -> tuple[list, int, tuple[int, int]]:
+    ) -> tuple[list[CommitChanges], int, tuple[int, int]]:
         """The changes of a streaming query or /changes, where a page token resumes in them, and
         the (end, latest) versions its next page token must pin: a later page reads the range the
         first page read, whatever commits landed since."""
         begin, pinned = 0, None
         if page_token:
-            binding = _binding(who, st)
-            data = self.codec.decode("page", page_token, binding, params=params_checksum(checksum_params))
+            data = self.codec.decode("page", page_token, _binding(who, shared), params=checksum)
             begin, pinned = int(data["i"]), (int(data["e"]), int(data["l"]))
-        changes, latest = self._change_plan(st, start, pinned[0] if pinned else end, cdf=cdf)
+        changes, latest = self._change_plan(shared, start, pinned[0] if pinned else end, cdf=cdf)
         if pinned is None:
             pinned = (latest if end is None else min(end, latest), latest)
         return changes, begin, pinned
 
-    def _streaming_query(self, who, st, req: QueryRequest, caps, id_hash_header, base_url) -> Reply:
-        assert req.starting_version is not None  # a streaming query is one with a startingVersion
-        self._check_start_version(st, req.starting_version)
+    def _streaming_query(self, who: Principal, shared: SharedTable, req: QueryRequest, answer: _Answer) -> Reply:
+        start = req.starting_version
+        assert start is not None  # a streaming query is one with a startingVersion
+        self._check_start_version(shared, start)
+        checksum = params_checksum(req.checksum_params())
         changes, begin, pinned = self._paged_change_plan(
-            who, st, req.starting_version, req.ending_version, req.page_token, req.checksum_params(), cdf=False
+            who, shared, start, req.ending_version, req.page_token, checksum, cdf=False
         )
-        start_cfg = self._delta(st).config_at(req.starting_version)
-        for c in changes:
-            if c.protocol is not None and c.protocol.min_reader_version > 3:
-                raise UnsupportedOperation(
-                    f"Delta protocol version ({c.protocol.min_reader_version},"
-                    f"{c.protocol.min_writer_version}) is too new for this server"
-                )
-        fmt = choose_format(caps, start_cfg)
-        historical_protocol = req.include_historical_protocol and fmt == DELTA
-        entries: list[tuple[str, Any, Any]] = []
-        for c in changes:
-            if historical_protocol and c.protocol is not None and c.version > req.starting_version:
-                entries.append(("protocol", c, None))
-            if c.metadata is not None and c.version > req.starting_version:
-                entries.append(("metaData", c, None))
-            for kind in ("add", "remove"):
-                for action in c.actions(kind, data_change_only=True):
-                    entries.append((kind, c, action))
-        return self._change_reply(
-            who,
-            st,
-            req.starting_version,
-            start_cfg,
-            fmt,
-            caps,
-            id_hash_header,
-            base_url,
-            entries,
-            req.max_files,
-            begin,
-            pinned,
-            req.checksum_params(),
-            metadata_version=True,
-            protocol_version=req.starting_version if historical_protocol else None,
+        start_config = self._delta(shared).config_at(start)
+        fmt = choose_format(answer.caps, start_config)
+        protocols = req.include_historical_protocol and fmt == DELTA
+        plan = _ChangePlan(
+            start=start,
+            head_config=start_config,
+            head_version=start,
+            protocol_version=start if protocols else None,
+            fmt=fmt,
+            entries=_change_entries(changes, start, CommitChanges.data_changes, protocols=protocols, metadata=True),
+            begin=begin,
+            pinned=pinned,
+            checksum=checksum,
         )
+        return self._change_reply(who, shared, plan, answer, req.max_files)
 
     def changes(
         self,
@@ -466,176 +432,160 @@ class SharingService:
         share: str,
         schema: str,
         table: str,
-        params: dict[str, str | None],
+        params: Mapping[str, str | None],
         capabilities: str | None,
         base_url: str,
         fileidhash: str | None = None,
     ) -> Reply:
-        caps = Capabilities.parse(capabilities)
-        id_hash_header = parse_fileidhash(fileidhash)
-        sv = parse_version_param("startingVersion", params.get("startingVersion"))
-        ev = parse_version_param("endingVersion", params.get("endingVersion"))
-        st_ts, en_ts = params.get("startingTimestamp"), params.get("endingTimestamp")
-        max_files = params.get("maxFiles")
-        mf = None
-        if max_files is not None:
-            try:
-                mf = int(max_files)
-            except ValueError:
-                raise InvalidParameter(
-                    f"expected a number but the string didn't have the appropriate format: maxFiles={max_files!r}"
-                ) from None
-            if mf <= 0:
-                raise InvalidParameter("maxFiles must be positive.")
-        if sv is not None and st_ts is not None:
-            raise InvalidParameter(
-                "Multiple starting arguments provided for CDF read. Please provide one of "
-                "either startingTimestamp or startingVersion."
-            )
-        if ev is not None and en_ts is not None:
-            raise InvalidParameter(
-                "Multiple ending arguments provided for CDF read. Please provide one of either "
-                "endingTimestamp or endingVersion."
-            )
-        if sv is None and st_ts is None:
-            raise InvalidParameter("No startingVersion or startingTimestamp provided for CDF read.")
-        st = self.registry.table(who, share, schema, table)
-        if not st.config.history_shared:
-            raise InvalidParameter(f"cdf is not enabled on table {st.full_name}")
-        dt = self._delta(st)
+        answer = _Answer(Capabilities.parse(capabilities), parse_fileidhash(fileidhash), base_url)
+        req = ChangesRequest.parse(params)
+        shared = self.registry.table(who, share, schema, table)
+        if not shared.config.history_shared:
+            raise InvalidParameter(f"cdf is not enabled on table {shared.full_name}")
+        start, end = self._change_versions(shared, req)
+        self._check_start_version(shared, start, "changes")
+        checksum = params_checksum(req.checksum_params(start))
+        changes, begin, pinned = self._paged_change_plan(who, shared, start, end, req.page_token, checksum, cdf=True)
+        delta_table = self._delta(shared)
+        start_config = delta_table.config_at(start)
+        check_change_data_recorded(start_config, start, changes)
+        historical = req.include_historical_metadata
+        head_config = start_config if historical else delta_table.config_at(pinned[1])
+        fmt = choose_format(answer.caps, head_config)
+        protocols = req.include_historical_protocol and fmt == DELTA
+        entries = _change_entries(changes, start, CommitChanges.change_feed, protocols=protocols, metadata=historical)
+        plan = _ChangePlan(
+            start=start,
+            head_config=head_config,
+            head_version=start if historical else pinned[1],
+            protocol_version=start if protocols else None,
+            fmt=fmt,
+            entries=entries,
+            begin=begin,
+            pinned=pinned,
+            checksum=checksum,
+        )
+        return self._change_reply(who, shared, plan, answer, req.max_files)
+
+    def _change_versions(self, shared: SharedTable, req: ChangesRequest) -> tuple[int, int | None]:
+        """The starting and ending versions of a /changes request, timestamps resolved."""
+        start, end = req.starting_version, req.ending_version
+        history = self._delta(shared).history() if (req.starting_timestamp or req.ending_timestamp) else None
         try:
-            if st_ts is not None:
-                sv = dt.history().version_at_or_after(
-                    _timestamp_ms(st_ts, "startingTimestamp"), allow_before_earliest=False
-                )
-            if en_ts is not None:
-                ev = dt.history().version_at_or_before(_timestamp_ms(en_ts, "endingTimestamp"), allow_after_latest=True)
+            if req.starting_timestamp is not None:
+                assert history is not None
+                when = _timestamp_ms(req.starting_timestamp, "startingTimestamp")
+                start = history.version_at_or_after(when, allow_before_earliest=False)
+            if req.ending_timestamp is not None:
+                assert history is not None
+                when = _timestamp_ms(req.ending_timestamp, "endingTimestamp")
+                end = history.version_at_or_before(when, allow_after_latest=True)
         except TimestampOutOfRange as exc:
             raise InvalidParameter(str(exc)) from None
-        assert sv is not None  # given, or resolved from startingTimestamp above
-        self._check_start_version(st, sv, "changes")
-        historical = parse_bool_param(params.get("includeHistoricalMetadata"))
-        asked_protocol = parse_bool_param(params.get("includeHistoricalProtocol"))
-        checksum = {
-            "startingVersion": sv,
-            "endingVersion": ev,
-            "startingTimestamp": st_ts,
-            "endingTimestamp": en_ts,
-            "includeHistoricalMetadata": historical,
-            "includeHistoricalProtocol": asked_protocol,
-        }
-        changes, begin, pinned = self._paged_change_plan(who, st, sv, ev, params.get("pageToken"), checksum, cdf=True)
-        latest = pinned[1]
-        end = changes[-1].version if changes else sv
-        start_cfg = dt.config_at(sv)
-        for c in [None, *changes]:
-            cfg = start_cfg if c is None else c.config
-            if not cfg.change_data_feed_enabled:
-                v = sv if c is None else c.version
-                raise InvalidParameter(
-                    f"Error getting change data for range [{sv}, {end}] as change data was not "
-                    f"recorded for version [{v}]"
-                )
-        head_cfg = start_cfg if historical else dt.config_at(latest)
-        fmt = choose_format(caps, head_cfg)
-        historical_protocol = asked_protocol and fmt == DELTA
-        entries: list[tuple[str, Any, Any]] = []
-        for c in changes:
-            if historical_protocol and c.protocol is not None and c.version > sv:
-                entries.append(("protocol", c, None))
-            if historical and c.metadata is not None and c.version > sv:
-                entries.append(("metaData", c, None))
-            if c.has_cdc:
-                entries.extend(("cdc", c, a) for a in c.actions("cdc"))
-            elif not _empty_merge(c):
-                for kind in ("add", "remove"):
-                    entries.extend((kind, c, a) for a in c.actions(kind, data_change_only=True))
-        return self._change_reply(
-            who,
-            st,
-            sv,
-            head_cfg,
-            fmt,
-            caps,
-            id_hash_header,
-            base_url,
-            entries,
-            mf,
-            begin,
-            pinned,
-            checksum,
-            metadata_version=latest if not historical else True,
-            protocol_version=sv if historical_protocol else None,
-        )
+        assert start is not None  # given, or resolved from startingTimestamp above
+        return start, end
 
     def _change_reply(
-        self,
-        who,
-        st,
-        start_version,
-        head_cfg,
-        fmt,
-        caps,
-        id_hash_header,
-        base_url,
-        entries,
-        max_files,
-        begin: int,
-        pinned: tuple[int, int],
-        checksum_params,
-        *,
-        metadata_version,
-        protocol_version: int | None = None,
+        self, who: Principal, shared: SharedTable, plan: _ChangePlan, answer: _Answer, max_files: int | None
     ) -> Reply:
-        """The response of a streaming query or /changes; ``pinned`` = (end, latest) versions its
-        page tokens carry, so later pages read the same range even if the table moves on."""
-        binding = _binding(who, st)
-        checksum = params_checksum(checksum_params)
-        if begin > len(entries):
+        """The response of a streaming query or /changes: one page of the plan's entries."""
+        entries = plan.entries
+        if plan.begin > len(entries):
             raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
         next_token = None
-        paged = max_files is not None or begin > 0
+        paged = max_files is not None or plan.begin > 0
         size = self._page_size(max_files, paged=paged)
         if size is not None:
-            if begin + size < len(entries):
+            end = plan.begin + size
+            if end < len(entries):
                 next_token = self.codec.encode(
                     "page",
-                    binding,
-                    {"i": begin + size, "e": pinned[0], "l": pinned[1]},
+                    _binding(who, shared),
+                    {"i": end, "e": plan.pinned[0], "l": plan.pinned[1]},
                     ttl_ms=self.config.query_table_page_token_ttl_ms,
-                    params=checksum,
+                    params=plan.checksum,
                 )
-            entries = entries[begin : begin + size]
-        head_version = start_version if metadata_version is True else metadata_version
-        head = header_lines(head_cfg, fmt, history_shared=True, version=head_version, protocol_version=protocol_version)
-        maker = FileLineMaker(
-            table_uri=self._delta(st).uri,
-            signer=self.signer_factory(st, base_url),
-            expires_in=self.config.pre_signed_url_timeout_seconds,
-            fmt=fmt,
-            id_hash=id_hash_header or fmt,
-            now=self.clock(),
+            entries = entries[plan.begin : end]
+        head = header_lines(
+            plan.head_config,
+            plan.fmt,
+            history_shared=True,
+            version=plan.head_version,
+            protocol_version=plan.protocol_version,
         )
-        end_stream = caps.include_end_stream_action or paged
+        maker = self._line_maker(shared, answer, plan.fmt, self._delta(shared).uri)
+        end_stream = answer.caps.include_end_stream_action or paged
+        tail = None
+        if end_stream:
+            tail = lambda: lines.end_stream(  # noqa: E731
+                next_page_token=next_token, min_url_expiration_timestamp=maker.expiry.min_ms
+            )
+        headers = self._table_headers(plan.start, answer.caps, plan.fmt, answer.id_hash)
+        return Reply(headers=headers, stream=_stream(head, _change_lines(entries, plan.fmt, maker), tail, end_stream))
 
-        def body() -> Iterator[bytes]:
-            for kind, c, action in entries:
-                if kind == "metaData":
-                    yield header_lines(c.config, fmt, history_shared=True, version=c.version)[1]
-                elif kind == "protocol":
-                    yield header_lines(c.config, fmt, history_shared=True, protocol_version=c.version)[0]
-                else:
-                    yield maker.line(kind, action, version=c.version, timestamp=c.timestamp)
 
-        tail = (
-            (lambda: lines.end_stream(next_page_token=next_token, min_url_expiration_timestamp=maker.expiry.min_ms))
-            if end_stream
-            else None
-        )
-        return Reply(
-            headers=self._table_headers(start_version, caps, fmt, id_hash_header),
-            stream=_stream(head, body(), tail, end_stream),
-        )
+@dataclass(frozen=True)
+class _Answer:
+    """How a table request is to be answered: the client's capabilities, the ``fileidhash`` it
+    asked for, and the base URL its file URLs are made under."""
+
+    caps: Capabilities
+    id_hash: str | None
+    base_url: str
+
+
+#: One entry of a change response: ("protocol" | "metaData", commit, None) or (file kind, commit, action).
+ChangeEntry = tuple[str, CommitChanges, Optional[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class _ChangePlan:
+    """A streaming query's or /changes' answer before paging: its header (config, the version its
+    metaData line names, the protocol line's version if historical protocols are asked for), every
+    entry, where this page begins, the (end, latest) versions its page tokens pin (so later pages
+    read the same range even if the table moves on) and the checksum of the parameters they repeat."""
+
+    start: int
+    head_config: TableConfig
+    head_version: int
+    protocol_version: int | None
+    fmt: str
+    entries: list[ChangeEntry]
+    begin: int
+    pinned: tuple[int, int]
+    checksum: str
+
+
+def _change_entries(
+    changes: list[CommitChanges],
+    start: int,
+    file_actions: Callable[[CommitChanges], Iterator[tuple[str, dict[str, Any]]]],
+    *,
+    protocols: bool,
+    metadata: bool,
+) -> list[ChangeEntry]:
+    """Every commit's entries in order: its protocol and metaData (when asked for, after the
+    starting version) and then its file actions as ``file_actions`` chooses them."""
+    entries: list[ChangeEntry] = []
+    for change in changes:
+        later = change.version > start
+        if protocols and later and change.protocol is not None:
+            entries.append(("protocol", change, None))
+        if metadata and later and change.metadata is not None:
+            entries.append(("metaData", change, None))
+        entries.extend((kind, change, action) for kind, action in file_actions(change))
+    return entries
+
+
+def _change_lines(entries: list[ChangeEntry], fmt: str, maker: FileLineMaker) -> Iterator[bytes]:
+    for kind, change, action in entries:
+        if kind == "metaData":
+            yield header_lines(change.config, fmt, history_shared=True, version=change.version)[1]
+        elif kind == "protocol":
+            yield header_lines(change.config, fmt, history_shared=True, protocol_version=change.version)[0]
+        else:
+            assert action is not None  # file entries carry their action
+            yield maker.line(kind, action, version=change.version, timestamp=change.timestamp)
 
 
 def _check_paths_inside(snap: Snapshot) -> None:
@@ -651,21 +601,6 @@ def _check_paths_inside(snap: Snapshot) -> None:
         storage = pc.struct_field(snap.live.column("deletionVector"), "storageType")
         if pc.any(pc.equal(storage, "p")).as_py():
             raise UnsupportedOperation("Table contains absolute deletion vector paths and cannot be shared")
-
-
-def _plain_files(snap: Snapshot) -> bool:
-    """No deletion vectors and no absolute paths: the columnar line path applies."""
-    return not snap.has_deletion_vectors and not snap.has_absolute_paths
-
-
-def _empty_merge(change) -> bool:
-    """A MERGE that changed no rows: its file actions are bookkeeping, not data changes."""
-    ci = change.commit_info
-    if ci is None or (ci.operation or "").upper() != "MERGE":
-        return False
-    m = ci.operation_metrics or {}
-    keys = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
-    return all(str(m.get(k, "")) == "0" for k in keys)
 
 
 def _stream(

@@ -6,7 +6,7 @@ signed as its line is made, and the earliest URL expiry is tracked for ``endStre
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -19,28 +19,13 @@ from deltaport.dv import DeletionVectorDescriptor
 from deltaport.errors import UnsupportedOperation
 from deltaport.protocol import lines
 from deltaport.protocol.capabilities import DELTA, PARQUET, Capabilities
+from deltaport.server.columnar_lines import BatchSigner, ColumnarLines
 from deltaport.server.file_keys import digest_for
-
-#: reader features a table may need, as (capability name, test on the table)
-_NEEDS = (
-    (
-        "deletionvectors",
-        lambda c: (
-            c.protocol.has_reader_feature("deletionVectors")
-            or (c.configuration.get("delta.enableDeletionVectors") or "false").lower() == "true"
-        ),
-    ),
-    ("columnmapping", lambda c: c.column_mapping_mode != "none"),
-)
-
-
-def needed_reader_features(config: TableConfig) -> list[str]:
-    return [name for name, test in _NEEDS if test(config)]
 
 
 def choose_format(caps: Capabilities, config: TableConfig) -> str:
     """The response format for this client and table; refuses what the client cannot read."""
-    needs = needed_reader_features(config)
+    needs = [feature.lower() for feature in config.features_beyond_parquet]  # capability names are lower-case
     formats = caps.response_formats
     if len(formats) == 1:
         fmt = formats[0]
@@ -113,8 +98,19 @@ class Expiry:
 class FileLineMaker:
     """Signs and renders file actions for one response."""
 
-    def __init__(self, *, table_uri: str, signer: Any, expires_in: int, fmt: str, id_hash: str, now: float) -> None:
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        signer: Any,
+        expires_in: int,
+        fmt: str,
+        id_hash: str,
+        now: float,
+        columnar: ColumnarLines | None = None,
+    ) -> None:
         self.table_uri = table_uri.rstrip("/") + "/"
+        self.columnar = columnar
         self.signer = signer
         self.expires_in = expires_in
         self.fmt = fmt
@@ -180,19 +176,44 @@ class FileLineMaker:
         )
 
     def snapshot_lines(
-        self,
-        snapshot: Snapshot,
-        indices: Iterable[int] | Any,
-        *,
-        version: int | None = None,
-        timestamp: int | None = None,
-        batch: int = 2048,
-    ) -> Iterator[bytes]:
-        """Lines for the snapshot files at ``indices``, in batches of joined lines."""
+        self, snapshot: Snapshot, indices: Any, *, version: int | None = None, batch: int = 2048
+    ) -> Iterator[bytes | memoryview]:
+        """Lines for the snapshot's files at ``indices``, in chunks of joined lines: exactly
+        ``line("file" | "add", action)`` for each, in order.
+
+        When the response is parquet-format lines of plain files (no deletion vectors, no absolute
+        paths) and the signer signs in batches, the lines are built column-wise by the maker's
+        :class:`ColumnarLines` (the same bytes, tested so, at a fraction of the cost)."""
+        if self._columnar_applies(snapshot):
+            assert self.columnar is not None
+            chunks, expiry_ms = self.columnar.lines(
+                snapshot,
+                indices,
+                self.signer,
+                expires_in=self.expires_in,
+                now=self.now,
+                id_hash=self.id_hash,
+                version=version,
+            )
+            if expiry_ms is not None:
+                self.expiry.see(expiry_ms)
+            return chunks
+        return self._row_lines(snapshot, indices, version=version, batch=batch)
+
+    def _columnar_applies(self, snapshot: Snapshot) -> bool:
+        return (
+            self.columnar is not None
+            and self.fmt == PARQUET
+            and isinstance(self.signer, BatchSigner)
+            and not snapshot.has_deletion_vectors
+            and not snapshot.has_absolute_paths
+        )
+
+    def _row_lines(self, snapshot: Snapshot, indices: Any, *, version: int | None, batch: int) -> Iterator[bytes]:
         kind = "add" if self.fmt == DELTA else "file"
         buf: list[bytes] = []
         for action in snapshot.add_actions(indices):
-            buf.append(self.line(kind, action, version=version, timestamp=timestamp))
+            buf.append(self.line(kind, action, version=version))
             if len(buf) >= batch:
                 yield b"".join(buf)
                 buf = []
