@@ -25,7 +25,7 @@ from deltaport.expressions.tree import (
     Or,
     Unsupported,
     parse_date,
-    parse_timestamp,
+    parse_timestamp_literal,
 )
 from deltaport.protocol.hints import parse_json_predicate, parse_sql_predicates
 
@@ -486,7 +486,7 @@ def _sql_compare(op: str, x: Any, v: Any, column: str, literal_type: str, single
     if value_type in ("date",) and isinstance(v, str):
         v = parse_date(v)
     elif value_type == "timestamp" and isinstance(v, str):
-        v = parse_timestamp(v, naive=False)
+        v = parse_timestamp_literal(v, naive=False)
     elif value_type in ("long", "integer", "double", "float", "decimal(5,2)"):
         if isinstance(v, str):
             v = Decimal(v)

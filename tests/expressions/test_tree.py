@@ -24,7 +24,7 @@ from deltaport.expressions.tree import (
     decimal_fits,
     describe,
     normalize_type,
-    parse_timestamp,
+    parse_timestamp_literal,
     push_down_not,
     rename_columns,
 )
@@ -137,15 +137,17 @@ def test_normalize_type(spelling: str, delta_type: str | None) -> None:
 
 def test_parse_timestamp_forms() -> None:
     expected = dt.datetime(2022, 1, 1, 0, 0, tzinfo=UTC)
-    assert parse_timestamp("2022-01-01T00:00:00Z", naive=False) == expected
-    assert parse_timestamp("2022-01-01 00:00:00", naive=False) == expected
-    assert parse_timestamp("2022-01-01T01:30:00+01:30", naive=False) == expected
-    assert parse_timestamp("2021-12-31T19:00:00.000-0500", naive=False) == expected
-    assert parse_timestamp("2022-01-01 00:00:00.1234567", naive=True) == dt.datetime(2022, 1, 1, 0, 0, 0, 123456)
+    assert parse_timestamp_literal("2022-01-01T00:00:00Z", naive=False) == expected
+    assert parse_timestamp_literal("2022-01-01 00:00:00", naive=False) == expected
+    assert parse_timestamp_literal("2022-01-01T01:30:00+01:30", naive=False) == expected
+    assert parse_timestamp_literal("2021-12-31T19:00:00.000-0500", naive=False) == expected
+    assert parse_timestamp_literal("2022-01-01 00:00:00.1234567", naive=True) == dt.datetime(
+        2022, 1, 1, 0, 0, 0, 123456
+    )
     with pytest.raises(ValueError):
-        parse_timestamp("2022-01-01T00:00:00Z", naive=True)
+        parse_timestamp_literal("2022-01-01T00:00:00Z", naive=True)
     with pytest.raises(ValueError):
-        parse_timestamp("yesterday", naive=False)
+        parse_timestamp_literal("yesterday", naive=False)
 
 
 def test_convert_text() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deltaport.errors import InvalidParameter
-from deltaport.spark.options import ReadOptions, parse_size, parse_table_url, parse_timestamp
+from deltaport.spark.options import ReadOptions, parse_size, parse_table_url, to_utc_instant
 
 URL = "/p/profile.share#s.sc.t"
 
@@ -103,12 +103,12 @@ def test_batch_and_stream_rules():
 
 
 def test_timestamps_and_sizes():
-    assert parse_timestamp("2022") == "2022-01-01T00:00:00Z"
-    assert parse_timestamp("2022-03-04") == "2022-03-04T00:00:00Z"
-    assert parse_timestamp("2022-03-04 05:06:07.25") == "2022-03-04T05:06:07.25Z"
-    assert parse_timestamp("2022-03-04T05:06:07-08:00") == "2022-03-04T13:06:07Z"
-    assert parse_timestamp("2022-03-04 05:06:07", "America/Los_Angeles") == "2022-03-04T13:06:07Z"
-    assert parse_timestamp("2022-03-04 05:06:07", "+02:00") == "2022-03-04T03:06:07Z"
+    assert to_utc_instant("2022") == "2022-01-01T00:00:00Z"
+    assert to_utc_instant("2022-03-04") == "2022-03-04T00:00:00Z"
+    assert to_utc_instant("2022-03-04 05:06:07.25") == "2022-03-04T05:06:07.25Z"
+    assert to_utc_instant("2022-03-04T05:06:07-08:00") == "2022-03-04T13:06:07Z"
+    assert to_utc_instant("2022-03-04 05:06:07", "America/Los_Angeles") == "2022-03-04T13:06:07Z"
+    assert to_utc_instant("2022-03-04 05:06:07", "+02:00") == "2022-03-04T03:06:07Z"
     assert parse(timestampAsOf="2024-06-01 11:30").timestamp_as_of == "2024-06-01T11:30:00Z"
     assert [parse_size(s, "o") for s in ("1024", "1k", "2m", "1g", "1gb", "3KiB")] == [
         1024,

@@ -10,7 +10,7 @@ values, and casts every column to exactly the type of :attr:`TableInfo.arrow_sch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -227,6 +227,22 @@ def _partition_value(spec: ColumnSpec, values: Mapping[str, Any]) -> tuple[bool,
     return False, None
 
 
+def _column_sources(
+    names: Sequence[str], specs: Sequence[ColumnSpec], action: FileAction
+) -> tuple[dict[str, str], dict[str, str | None]]:
+    """The file's column names (by name and lower-cased name), and for each column asked for the
+    file's column that holds it (None: a partition value, or a column the file does not have)."""
+    file_names: dict[str, str] = {}
+    for name in names:
+        file_names.setdefault(name, name)
+        file_names.setdefault(name.lower(), name)
+    sources: dict[str, str | None] = {}
+    for spec in specs:
+        in_partition = spec.is_partition and _partition_value(spec, action.partition_values)[0]
+        sources[spec.name] = None if in_partition else _source_name(spec, file_names)
+    return file_names, sources
+
+
 def _source_name(spec: ColumnSpec, names: Mapping[str, str]) -> str | None:
     """The file's column holding ``spec`` (physical name first, then logical, case-insensitively)."""
     for key in (spec.physical_name, spec.name):
@@ -252,14 +268,7 @@ def _read(
         data = download(action.url, client, file_id=action.id)
         try:
             pf = pq.ParquetFile(pa.BufferReader(data), coerce_int96_timestamp_unit="us")
-            file_names: dict[str, str] = {}
-            for name in pf.schema_arrow.names:
-                file_names.setdefault(name, name)
-                file_names.setdefault(name.lower(), name)
-            sources: dict[str, str | None] = {}
-            for spec in specs:
-                in_partition = spec.is_partition and _partition_value(spec, action.partition_values)[0]
-                sources[spec.name] = None if in_partition else _source_name(spec, file_names)
+            file_names, sources = _column_sources(pf.schema_arrow.names, specs, action)
             to_read = list(dict.fromkeys(s for s in sources.values() if s is not None))
             cdf_column = change and action.change_type == "cdf"
             if cdf_column:
@@ -292,25 +301,36 @@ def _read(
             arrays.append(pa.nulls(num_rows, spec.type))
         fields.append(table.arrow_schema.field(spec.name))
     if change:
-        wanted = set(_CHANGE_NAMES if columns is None else columns)
-        for name, typ in CHANGE_COLUMNS:
-            if name not in wanted:
-                continue
-            if name == "_change_type":
-                column = (
-                    _cast(data_table.column(file_names["_change_type"]).combine_chunks(), pa.string())
-                    if cdf_column and data_table is not None
-                    else pa.repeat(pa.scalar(action.change_type, pa.string()), num_rows)
-                )
-            elif name == "_commit_version":
-                column = pa.repeat(pa.scalar(action.version, pa.int64()), num_rows)
-            else:
-                column = pa.repeat(pa.scalar(action.timestamp, pa.int64()), num_rows)
+        change_type = None
+        if cdf_column and data_table is not None:
+            change_type = data_table.column(file_names["_change_type"]).combine_chunks()
+        for field, column in _change_columns(action, columns, change_type, num_rows):
+            fields.append(field)
             arrays.append(column)
-            fields.append(pa.field(name, typ))
     if not arrays:  # no column asked for (e.g. a count): keep the row count
         return pa.Table.from_arrays([pa.nulls(num_rows)], names=["_"]).select([])
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _change_columns(
+    action: FileAction, columns: Sequence[str] | None, change_type: pa.Array | None, num_rows: int
+) -> Iterator[tuple[pa.Field, pa.Array]]:
+    """The change feed's columns asked for: ``_change_type`` from the file's own column (a cdc
+    file) or the action's kind, and the commit's version and timestamp."""
+    wanted = set(_CHANGE_NAMES if columns is None else columns)
+    for name, typ in CHANGE_COLUMNS:
+        if name not in wanted:
+            continue
+        if name == "_change_type":
+            if change_type is not None:
+                column = _cast(change_type, pa.string())
+            else:
+                column = pa.repeat(pa.scalar(action.change_type, pa.string()), num_rows)
+        elif name == "_commit_version":
+            column = pa.repeat(pa.scalar(action.version, pa.int64()), num_rows)
+        else:
+            column = pa.repeat(pa.scalar(action.timestamp, pa.int64()), num_rows)
+        yield pa.field(name, typ), column
 
 
 def _partition_column(spec: ColumnSpec, action: FileAction, num_rows: int) -> pa.Array:

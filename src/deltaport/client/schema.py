@@ -238,7 +238,7 @@ _TS = re.compile(
 )
 
 
-def _parse_timestamp(text: str, *, utc: bool) -> dt.datetime:
+def _parse_partition_timestamp(text: str, *, utc: bool) -> dt.datetime:
     m = _TS.match(text.strip())
     if not m:
         raise ValueError(f"not a Delta timestamp: {text!r}")
@@ -274,9 +274,9 @@ def parse_partition_value(text: str | None, typ: pa.DataType) -> Any:
             raise ValueError(f"not a boolean: {text!r}")
         return lowered == "true"
     if pa.types.is_date(typ):
-        return _parse_timestamp(text, utc=False).date()
+        return _parse_partition_timestamp(text, utc=False).date()
     if pa.types.is_timestamp(typ):
-        return _parse_timestamp(text, utc=typ.tz is not None)
+        return _parse_partition_timestamp(text, utc=typ.tz is not None)
     if pa.types.is_decimal(typ):
         try:
             return Decimal(text.strip())

@@ -45,7 +45,7 @@ from deltaport.expressions.tree import (
     convert_text,
     decimal_precision_scale,
     parse_date,
-    parse_timestamp,
+    parse_timestamp_literal,
     push_down_not,
     split_column_literal,
 )
@@ -333,7 +333,7 @@ def _domains(value_type: str, literal: Literal) -> list[_Domain] | None:
     if value_type in ("timestamp", "timestamp_ntz"):
         naive = value_type == "timestamp_ntz"
         if isinstance(value, str):
-            value = parse_timestamp(value, naive=naive)
+            value = parse_timestamp_literal(value, naive=naive)
         if not isinstance(value, dt.datetime) or (value.tzinfo is None) != naive:
             return None
         arrow_type = _canonical_type(value_type)

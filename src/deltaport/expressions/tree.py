@@ -278,7 +278,7 @@ _DATE = re.compile(r"^\s*(\d{4})-(\d{1,2})-(\d{1,2})\s*$")
 _INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
 
 
-def parse_timestamp(text: str, *, naive: bool) -> dt.datetime:
+def parse_timestamp_literal(text: str, *, naive: bool) -> dt.datetime:
     """Parse ``yyyy-mm-dd[( |T)hh:mm[:ss[.fffffffff]]][Z|±hh[:mm]]``.
 
     ``naive=False``: a UTC-aware datetime (no offset means UTC). ``naive=True``
@@ -337,7 +337,7 @@ def convert_text(text: str, value_type: str) -> Any:
     if value_type == "date":
         return parse_date(text)
     if value_type in ("timestamp", "timestamp_ntz"):
-        return parse_timestamp(text, naive=value_type == "timestamp_ntz")
+        return parse_timestamp_literal(text, naive=value_type == "timestamp_ntz")
     precision_scale = decimal_precision_scale(value_type)
     if precision_scale is not None:
         try:

@@ -270,6 +270,68 @@ def _iso(seconds: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
+def _presigned_query(query_string: str) -> tuple[list[tuple[str, str]], dict[str, str], str]:
+    """The canonical (encoded) query parameters without the signature, the ``X-Amz-*`` ones by
+    name, and the signature; a duplicate or missing signature parameter is refused."""
+    params: list[tuple[str, str]] = []
+    amz: dict[str, str] = {}
+    signature = None
+    for pair in query_string.split("&"):
+        if not pair:
+            continue
+        raw_key, _, raw_value = pair.partition("=")
+        key, value = unquote(raw_key), unquote(raw_value)
+        if key.startswith("X-Amz-"):
+            if key in amz or (key == "X-Amz-Signature" and signature is not None):
+                raise PermissionDenied(f"duplicate query parameter {key}")
+            if key == "X-Amz-Signature":
+                signature = value
+                continue
+            amz[key] = value
+        params.append((_uri_encode(key), _uri_encode(value)))
+    if signature is None:
+        raise PermissionDenied("missing X-Amz-Signature: the URL is not presigned")
+    for name in _REQUIRED:
+        if name not in amz:
+            raise PermissionDenied(f"missing {name}: the URL is not a complete presigned URL")
+    return params, amz, signature
+
+
+def _check_presigned_fields(amz: dict[str, str]) -> tuple[int, int]:
+    """The URL's lifetime and signing time, once its algorithm and signed headers are the ones
+    this server signs with."""
+    if amz["X-Amz-Algorithm"] != ALGORITHM:
+        raise PermissionDenied(f"unsupported X-Amz-Algorithm {amz['X-Amz-Algorithm']!r}: expected {ALGORITHM}")
+    if amz["X-Amz-SignedHeaders"] != "host":
+        raise PermissionDenied(
+            f"unsupported X-Amz-SignedHeaders {amz['X-Amz-SignedHeaders']!r}: only 'host' is accepted"
+        )
+    expires_text = amz["X-Amz-Expires"]
+    if not expires_text.isdigit() or len(expires_text) > 7:
+        raise PermissionDenied(f"malformed X-Amz-Expires {expires_text!r}")
+    expires = int(expires_text)
+    if not 1 <= expires <= MAX_EXPIRES_IN:
+        raise PermissionDenied(f"X-Amz-Expires {expires} is out of range: at most {MAX_EXPIRES_IN} seconds (7 days)")
+    return expires, _parse_amz_date(amz["X-Amz-Date"])
+
+
+def _credential_scope(amz: dict[str, str], region: str | None, service: str | None) -> tuple[str, str, str, str]:
+    """(access key, date, region, service) of the credential, checked against the date signed
+    and, when given, the region and service expected."""
+    scope = amz["X-Amz-Credential"].split("/")
+    if len(scope) != 5 or not scope[0] or scope[4] != "aws4_request":
+        raise PermissionDenied("malformed X-Amz-Credential: expected key/date/region/service/aws4_request")
+    access_key, datestamp, cred_region, cred_service, _ = scope
+    amz_date = amz["X-Amz-Date"]
+    if datestamp != amz_date[:8]:
+        raise PermissionDenied(f"credential scope date {datestamp} does not match X-Amz-Date {amz_date}")
+    if region is not None and cred_region != region:
+        raise PermissionDenied(f"credential scope region {cred_region!r} is not {region!r}")
+    if service is not None and cred_service != service:
+        raise PermissionDenied(f"credential scope service {cred_service!r} is not {service!r}")
+    return access_key, datestamp, cred_region, cred_service
+
+
 def verify_presigned(
     method: str,
     host: str,
@@ -296,51 +358,10 @@ def verify_presigned(
         query_string = query_string.decode("latin-1")
     if isinstance(path, bytes):
         path = path.decode("latin-1")
-    params: list[tuple[str, str]] = []
-    amz: dict[str, str] = {}
-    signature = None
-    for pair in query_string.split("&"):
-        if not pair:
-            continue
-        raw_key, _, raw_value = pair.partition("=")
-        key, value = unquote(raw_key), unquote(raw_value)
-        if key.startswith("X-Amz-"):
-            if key in amz or (key == "X-Amz-Signature" and signature is not None):
-                raise PermissionDenied(f"duplicate query parameter {key}")
-            if key == "X-Amz-Signature":
-                signature = value
-                continue
-            amz[key] = value
-        params.append((_uri_encode(key), _uri_encode(value)))
-    if signature is None:
-        raise PermissionDenied("missing X-Amz-Signature: the URL is not presigned")
-    for name in _REQUIRED:
-        if name not in amz:
-            raise PermissionDenied(f"missing {name}: the URL is not a complete presigned URL")
-    if amz["X-Amz-Algorithm"] != ALGORITHM:
-        raise PermissionDenied(f"unsupported X-Amz-Algorithm {amz['X-Amz-Algorithm']!r}: expected {ALGORITHM}")
-    if amz["X-Amz-SignedHeaders"] != "host":
-        raise PermissionDenied(
-            f"unsupported X-Amz-SignedHeaders {amz['X-Amz-SignedHeaders']!r}: only 'host' is accepted"
-        )
-    expires_text = amz["X-Amz-Expires"]
-    if not expires_text.isdigit() or len(expires_text) > 7:
-        raise PermissionDenied(f"malformed X-Amz-Expires {expires_text!r}")
-    expires = int(expires_text)
-    if not 1 <= expires <= MAX_EXPIRES_IN:
-        raise PermissionDenied(f"X-Amz-Expires {expires} is out of range: at most {MAX_EXPIRES_IN} seconds (7 days)")
+    params, amz, signature = _presigned_query(query_string)
+    expires, signed_at = _check_presigned_fields(amz)
     amz_date = amz["X-Amz-Date"]
-    signed_at = _parse_amz_date(amz_date)
-    scope = amz["X-Amz-Credential"].split("/")
-    if len(scope) != 5 or not scope[0] or scope[4] != "aws4_request":
-        raise PermissionDenied("malformed X-Amz-Credential: expected key/date/region/service/aws4_request")
-    access_key, datestamp, cred_region, cred_service, _ = scope
-    if datestamp != amz_date[:8]:
-        raise PermissionDenied(f"credential scope date {datestamp} does not match X-Amz-Date {amz_date}")
-    if region is not None and cred_region != region:
-        raise PermissionDenied(f"credential scope region {cred_region!r} is not {region!r}")
-    if service is not None and cred_service != service:
-        raise PermissionDenied(f"credential scope service {cred_service!r} is not {service!r}")
+    access_key, datestamp, cred_region, cred_service = _credential_scope(amz, region, service)
     secret = secret_lookup(access_key)
     if secret is None:
         raise PermissionDenied(f"unknown access key {access_key!r}")

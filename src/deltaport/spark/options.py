@@ -24,7 +24,7 @@ __all__ = [
     "StagingOptions",
     "TableUrl",
     "parse_table_url",
-    "parse_timestamp",
+    "to_utc_instant",
     "parse_size",
     "parse_duration",
     "check_option_names",
@@ -97,7 +97,28 @@ _TIMESTAMP = re.compile(
 )
 
 
-def parse_timestamp(text: str, time_zone: str = "UTC") -> str:
+def _response_format(options: Mapping[str, Any]) -> str:
+    response_format = (_get(options, "responseFormat") or "auto").strip().lower()
+    if response_format not in ("parquet", "delta", "auto"):
+        raise InvalidParameter(
+            f"The user input responseFormat ({response_format}) is not supported. "
+            "Supported values are: parquet, delta, auto."
+        )
+    return response_format
+
+
+def _poll_seconds(options: Mapping[str, Any]) -> float:
+    poll = _get(options, "queryTableVersionIntervalSeconds")
+    try:
+        seconds = DEFAULT_VERSION_POLL_SECONDS if poll is None else float(poll)
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise InvalidParameter(f"Invalid value '{poll}' for option 'queryTableVersionIntervalSeconds'")
+    return seconds
+
+
+def to_utc_instant(text: str, time_zone: str = "UTC") -> str:
     """A flexible timestamp (``2022``, ``2022-01-01``, ``2022-01-01 00:00:00``, ISO with offset)
     as an ISO-8601 UTC instant (``2022-01-01T00:00:00Z``). Values without a zone are read in
     ``time_zone`` (the Spark session time zone), as Spark's timestamp cast does."""
@@ -230,32 +251,21 @@ class ReadOptions:
         ending_ts = _get(options, "endingTimestamp")
         if ending_version is not None and ending_ts is not None:
             raise InvalidParameter("Please either provide 'endingVersion' or 'endingTimestamp'.")
-        response_format = (_get(options, "responseFormat") or "auto").strip().lower()
-        if response_format not in ("parquet", "delta", "auto"):
-            raise InvalidParameter(
-                f"The user input responseFormat ({response_format}) is not supported. "
-                "Supported values are: parquet, delta, auto."
-            )
+        response_format = _response_format(options)
         max_bytes_text = _get(options, "maxBytesPerTrigger")
-        poll = _get(options, "queryTableVersionIntervalSeconds")
-        try:
-            poll_seconds = DEFAULT_VERSION_POLL_SECONDS if poll is None else float(poll)
-        except ValueError:
-            poll_seconds = -1.0
-        if poll_seconds < 0:
-            raise InvalidParameter(f"Invalid value '{poll}' for option 'queryTableVersionIntervalSeconds'")
+        poll_seconds = _poll_seconds(options)
         partition_bytes = _get(options, "maxPartitionBytes")
         return cls(
             path=url,
             credentials=credentials,
             version_as_of=version_as_of,
-            timestamp_as_of=None if timestamp_text is None else parse_timestamp(timestamp_text, time_zone),
+            timestamp_as_of=None if timestamp_text is None else to_utc_instant(timestamp_text, time_zone),
             read_change_feed=read_cdf,
             starting_version=starting_version,
             starting_latest=starting_latest,
             ending_version=ending_version,
-            starting_timestamp=None if starting_ts is None else parse_timestamp(starting_ts, time_zone),
-            ending_timestamp=None if ending_ts is None else parse_timestamp(ending_ts, time_zone),
+            starting_timestamp=None if starting_ts is None else to_utc_instant(starting_ts, time_zone),
+            ending_timestamp=None if ending_ts is None else to_utc_instant(ending_ts, time_zone),
             response_format=response_format,
             max_files_per_trigger=_positive_int(options, "maxFilesPerTrigger"),
             max_bytes_per_trigger=None if max_bytes_text is None else parse_size(max_bytes_text, "maxBytesPerTrigger"),
