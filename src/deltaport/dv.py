@@ -207,10 +207,6 @@ class DeletionVectorDescriptor:
         base = self.storage_type + self.path_or_inline_dv
         return base if self.offset is None else f"{base}@{self.offset}"
 
-    @property
-    def is_inline(self) -> bool:
-        return self.storage_type == "i"
-
     def relative_path(self) -> str:
         """For ``u``: ``[<prefix>/]deletion_vector_<uuid>.bin``, relative to the table root."""
         if self.storage_type != "u":

@@ -95,16 +95,6 @@ class Protocol:
                 f"the protocol line lacks a valid minReaderVersion ({exc})", error_code="MALFORMED_RESPONSE"
             ) from None
 
-    def to_delta(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"minReaderVersion": self.min_reader_version}
-        if self.min_writer_version is not None:
-            out["minWriterVersion"] = self.min_writer_version
-        if self.reader_features is not None:
-            out["readerFeatures"] = list(self.reader_features)
-        if self.writer_features is not None:
-            out["writerFeatures"] = list(self.writer_features)
-        return out
-
 
 @dataclass(frozen=True)
 class Metadata:

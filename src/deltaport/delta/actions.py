@@ -136,9 +136,6 @@ class Protocol:
     def has_reader_feature(self, name: str) -> bool:
         return self.reader_features is not None and name in self.reader_features
 
-    def has_writer_feature(self, name: str) -> bool:
-        return self.writer_features is not None and name in self.writer_features
-
 
 @dataclass(frozen=True)
 class Metadata:

@@ -78,12 +78,3 @@ def parse_log_file(info: FileInfo) -> LogFile | None:
             return LogFile(kind, version, info, fmt="parquet")
         return LogFile(kind, version, info)
     return None
-
-
-def commit_path(version: int) -> str:
-    return f"{LOG_DIR}/{version:020d}.json"
-
-
-def version_prefix(version: int) -> str:
-    """The file-name prefix that sorts just before every log file of ``version``."""
-    return f"{version:020d}"

@@ -23,10 +23,6 @@ class StructField:
         """The name in data files and stats under column mapping (else the logical name)."""
         return str(self.metadata.get("delta.columnMapping.physicalName") or self.name)
 
-    @property
-    def type_name(self) -> str:
-        return self.type if isinstance(self.type, str) else str(self.type.get("type"))
-
 
 @dataclass(frozen=True)
 class Schema:
@@ -58,6 +54,3 @@ class Schema:
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.fields]
-
-    def physical_names(self) -> dict[str, str]:
-        return {f.name: f.physical_name for f in self.fields}

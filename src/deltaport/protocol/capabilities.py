@@ -41,9 +41,6 @@ class Capabilities:
                 async_query = val == "true"
         return cls(formats, features, end_stream, async_query, True)
 
-    def accepts(self, fmt: str) -> bool:
-        return fmt in self.response_formats
-
     def has_reader_feature(self, name: str) -> bool:
         return name.lower() in self.reader_features
 
