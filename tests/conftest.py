@@ -1,3 +1,4 @@
+import logging
 import os
 import sys
 from pathlib import Path
@@ -5,6 +6,51 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest
+from secret_scan import capture, find_leaks
+from secret_scan import secrets_used as _secrets_used
+
+
+def pytest_configure(config):
+    """Every log record of the session, at every level, is kept for the secret scan at its end.
+    Set here, before pytest's own log capture starts: it keeps the lower of its level (``log_level``,
+    what reports and caplog show) and the root logger's."""
+    root = logging.getLogger()
+    root.addHandler(capture)
+    root.setLevel(logging.DEBUG)
+
+
+def pytest_runtest_logreport(report):
+    """What each test wrote to stdout/stderr (a server's own loggers that do not propagate, e.g.
+    uvicorn's, write there) is scanned too."""
+    for title, text in report.sections:
+        if title.startswith(("Captured stdout", "Captured stderr")):
+            capture.add_output(f"{title.split()[1]} of {report.nodeid}", text)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run fails when any captured line holds a secret the suite registered; the report names
+    where it was seen and which secret by label, never the secret."""
+    logging.getLogger().removeHandler(capture)
+    leaks = find_leaks(capture.lines.items(), _secrets_used)
+    if not leaks:
+        return
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    lines = [f"secret scan: {len(leaks)} leak(s) of a registered secret in the logs or server output:"]
+    lines += [f"  {leak}" for leak in leaks]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        print("\n".join(lines), file=sys.stderr)
+        return
+    reporter.ensure_newline()
+    for line in lines:
+        reporter.write_line(line, red=True)
+
+
+@pytest.fixture(scope="session")
+def secrets_used():
+    """The suite's secret registry: ``secrets_used.add(token)`` for every token a test uses, so the
+    scan at the end of the session fails the run if any log line or server output holds it."""
+    return _secrets_used
 
 
 @pytest.fixture(scope="session")

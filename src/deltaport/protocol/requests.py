@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,26 +14,55 @@ from deltaport.errors import InvalidParameter, MalformedRequest
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 
+_VERSION = {"type": "integer", "format": "int64", "minimum": 0, "maximum": INT64_MAX}
+_TEXT = {"type": "string"}
+_FLAG = {"type": "boolean"}
+
+#: The body of ``POST .../query`` as a JSON schema: the protocol's fields, each as the server reads it
+#: (numbers may also come as numeric strings; booleans as "true"/"false"). The API document declares it.
+QUERY_BODY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "QueryTableRequest",
+    "additionalProperties": False,
+    "properties": {
+        "predicateHints": {"type": "array", "items": _TEXT},
+        "jsonPredicateHints": _TEXT,
+        "limitHint": _VERSION,
+        "version": _VERSION,
+        "timestamp": _TEXT,
+        "startingVersion": _VERSION,
+        "endingVersion": _VERSION,
+        "maxFiles": {"type": "integer", "format": "int32", "minimum": 1, "maximum": INT32_MAX},
+        "pageToken": _TEXT,
+        "includeRefreshToken": _FLAG,
+        "refreshToken": _TEXT,
+        "includeHistoricalProtocol": _FLAG,
+        "idempotency_key": _TEXT,
+    },
+}
+
 _QUERY_FIELDS = {
-    "predicateHints",
-    "jsonPredicateHints",
-    "limitHint",
-    "version",
-    "timestamp",
-    "startingVersion",
-    "endingVersion",
-    "maxFiles",
-    "pageToken",
-    "includeRefreshToken",
-    "refreshToken",
-    "includeHistoricalProtocol",
-    "idempotency_key",
+    *QUERY_BODY_SCHEMA["properties"],
     "idempotencyKey",
     # declared by the protocol's proto, accepted and unused
     "queryDeltaLog",
     "requested_columns",
     "requestedColumns",
 }
+
+
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
+def _whole_number(text: str) -> int:
+    """The integer ``text`` spells in ASCII digits, with an optional sign and surrounding blanks.
+
+    Python's ``int`` also reads ``1_000`` and digits of other scripts (``'٣'`` is 3): a client
+    sending those means no number, so they raise ValueError like any other non-number."""
+    stripped = text.strip()
+    if not _WHOLE_NUMBER.fullmatch(stripped):
+        raise ValueError(f"not a whole number: {text!r}")
+    return int(stripped)
 
 
 def _int(body: dict[str, Any], key: str, *, bits: int = 64) -> int | None:
@@ -43,7 +73,7 @@ def _int(body: dict[str, Any], key: str, *, bits: int = 64) -> int | None:
         raise MalformedRequest(f"'{key}' must be a number, not a boolean")
     if isinstance(value, str):
         try:
-            value = int(value.strip())
+            value = _whole_number(value)
         except ValueError:
             raise MalformedRequest(f"'{key}' must be a number: not a numeric value: {body[key]!r}") from None
     if isinstance(value, float):
@@ -255,6 +285,12 @@ class ChangesRequest:
             )
         if self.starting_version is None and self.starting_timestamp is None:
             raise InvalidParameter("No startingVersion or startingTimestamp provided for CDF read.")
+        for name, value in (("startingTimestamp", self.starting_timestamp), ("endingTimestamp", self.ending_timestamp)):
+            if value is not None and not value.strip():
+                raise InvalidParameter(
+                    f"Invalid {name}: it is empty; give an ISO-8601 timestamp with a zone, e.g. "
+                    f"2024-05-01T00:00:00Z, or leave {name} out"
+                )
 
     def checksum_params(self, starting_version: int) -> dict[str, Any]:
         """The parameters a later page must repeat, with the starting version the first page
@@ -273,7 +309,7 @@ def _positive_param(name: str, value: str | None) -> int | None:
     if value is None:
         return None
     try:
-        number = int(value)
+        number = _whole_number(value)
     except ValueError:
         raise InvalidParameter(
             f"expected a number but the string didn't have the appropriate format: {name}={value!r}"
@@ -287,7 +323,7 @@ def parse_version_param(name: str, value: str | None) -> int | None:
     if value is None:
         return None
     try:
-        number = int(value)
+        number = _whole_number(value)
     except ValueError:
         raise InvalidParameter(f"{name} is not a valid number.") from None
     if number > INT64_MAX:  # does not fit a long: the reference cannot parse it either
@@ -307,7 +343,7 @@ def parse_max_results(value: str | None) -> int:
     if value is None:
         return 500
     try:
-        number = int(value)
+        number = _whole_number(value)
     except ValueError:
         raise InvalidParameter(
             f"expected a number but the string didn't have the appropriate format: maxResults={value!r}"

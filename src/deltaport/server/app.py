@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import difflib
+import functools
 import logging
 import os
 import secrets
 import stat
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,9 +33,10 @@ from starlette.responses import (
 
 from deltaport.delta import SnapshotCache
 from deltaport.errors import DeltaportError, InvalidParameter, PermissionDenied, ResourceNotFound
-from deltaport.server import errors
+from deltaport.server import api_doc, errors
 from deltaport.server.config import ServerConfig
 from deltaport.server.file_keys import KeyingPool
+from deltaport.server.freshness import LatestState
 from deltaport.server.hot_paths import HotTableCalls
 from deltaport.server.registry import SharedTable, StoreOpener
 from deltaport.server.service import Reply, SharingService, SignerFactory
@@ -46,12 +50,13 @@ _T = "/shares/{share}/schemas/{schema}/tables/{table}"
 
 
 def _reply(reply: Reply, head: bool = False) -> Response:
-    if reply.stream is not None:
+    if reply.stream is not None or reply.content is not None:
         if head:
             return Response(status_code=reply.status, headers=reply.headers)
         media = reply.headers.pop("Content-Type", "application/x-ndjson; charset=utf-8")
-        if isinstance(reply.stream, list):  # small and complete (e.g. /metadata): no streaming machinery
-            return Response(b"".join(reply.stream), status_code=reply.status, headers=reply.headers, media_type=media)
+        if reply.content is not None:  # small and complete (e.g. /metadata): no streaming machinery
+            return Response(reply.content, status_code=reply.status, headers=reply.headers, media_type=media)
+        assert reply.stream is not None
         return StreamingResponse(
             _pieces(reply.stream), status_code=reply.status, headers=reply.headers, media_type=media
         )
@@ -126,6 +131,10 @@ async def known_query_params(request: Request) -> None:
 
 
 _QUERY_CHECK = [Depends(known_query_params)]
+
+#: Threads answering /version and /metadata: enough to wait on several slow object-store listings
+#: at once, few enough that warm calls do not fight over the GIL.
+_TABLE_CALL_THREADS = 8
 
 
 class _LargeChunkFileResponse(FileResponse):
@@ -264,9 +273,10 @@ def create_app(
         open_store=store,
     )
 
-    app = _new_app(service, keying)
+    table_calls = ThreadPoolExecutor(_TABLE_CALL_THREADS, thread_name_prefix="deltaport-table-call")
+    app = _new_app(service, keying, table_calls)
     _add_listing_routes(app, service, prefix)
-    version_call, metadata_call = _table_calls(service)
+    version_call, metadata_call = _table_calls(service, table_calls)
     _add_snapshot_routes(app, prefix, version_call, metadata_call)
     _add_query_routes(app, service, prefix)
     _add_changes_route(app, service, prefix)
@@ -277,8 +287,20 @@ def create_app(
     return app
 
 
-def _new_app(service: SharingService, keying: KeyingPool) -> FastAPI:
-    """The FastAPI app with its lifespan (the keying pool) and error handlers."""
+class _App(FastAPI):
+    """The app, its API document described by api_doc (inputs as the server reads them)."""
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            service = self.state.service
+            self.openapi_schema = api_doc.describe(
+                super().openapi(), service.config.endpoint.rstrip("/"), auth=service.config.auth_enabled
+            )
+        return self.openapi_schema
+
+
+def _new_app(service: SharingService, keying: KeyingPool, table_calls: ThreadPoolExecutor) -> FastAPI:
+    """The FastAPI app with its lifespan (the keying pool, the table calls' threads) and error handlers."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -287,8 +309,9 @@ def _new_app(service: SharingService, keying: KeyingPool) -> FastAPI:
             yield
         finally:
             keying.close()
+            table_calls.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(
+    app = _App(
         title="deltaport",
         version="0.1.0",
         lifespan=lifespan,
@@ -350,38 +373,36 @@ def _add_listing_routes(app: FastAPI, service: SharingService, prefix: str) -> N
         return _reply(service.list_all_tables(who(authorization), share, maxResults, pageToken))
 
 
-def _table_calls(service: SharingService):
+def _table_calls(service: SharingService, pool: ThreadPoolExecutor):
     """GET /version (and its HEAD) and /metadata, from their parameters and headers: called by their
-    routes and by the hot paths alike."""
+    routes and by the hot paths alike. The table work runs in ``pool``, never on the event loop; the
+    latest state, which clients poll, through :class:`LatestState` (one refresh per table at a time,
+    shared by the requests that wait for it)."""
+    latest = LatestState(pool)
+
+    async def off_loop(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
 
     async def version_call(
         share: str, schema: str, table: str, query: dict, headers: dict, head: bool = False
     ) -> Response:
-        return _reply(
-            await run_in_threadpool(
-                service.table_version,
-                service.principal(headers.get("authorization")),
-                share,
-                schema,
-                table,
-                query.get("startingTimestamp"),
-            ),
-            head=head,
-        )
+        who = service.principal(headers.get("authorization"))
+        since = query.get("startingTimestamp")
+        if since is None:
+            reply = await service.latest_table_version(who, share, schema, table, latest)
+        else:
+            reply = await off_loop(service.table_version, who, share, schema, table, since)
+        return _reply(reply, head=head)
 
     async def metadata_call(share: str, schema: str, table: str, query: dict, headers: dict) -> Response:
-        return _reply(
-            await run_in_threadpool(
-                service.metadata,
-                service.principal(headers.get("authorization")),
-                share,
-                schema,
-                table,
-                query.get("version"),
-                query.get("timestamp"),
-                headers.get("delta-sharing-capabilities"),
-            )
-        )
+        who = service.principal(headers.get("authorization"))
+        version, timestamp = query.get("version"), query.get("timestamp")
+        capabilities = headers.get("delta-sharing-capabilities")
+        if version is None and timestamp is None:
+            reply = await service.latest_metadata(who, share, schema, table, capabilities, latest)
+        else:
+            reply = await off_loop(service.metadata, who, share, schema, table, version, timestamp, capabilities)
+        return _reply(reply)
 
     return version_call, metadata_call
 
@@ -436,7 +457,7 @@ def _add_query_routes(app: FastAPI, service: SharingService, prefix: str) -> Non
     """A table's files (POST /query)."""
     who = service.principal
 
-    @app.post(prefix + _T + "/query", tags=["tables"])
+    @app.post(prefix + _T + "/query", tags=["tables"], openapi_extra={"requestBody": api_doc.query_body()})
     async def query(
         share: str,
         schema: str,
@@ -516,6 +537,7 @@ def _add_file_routes(
         prefix + "/files/{key}/{path:path}",
         tags=["files"],
         summary="Read a data or deletion-vector file through a presigned URL this server issued",
+        openapi_extra={"parameters": api_doc.file_url_parameters()},
     )
     def read_file(key: str, path: str, request: Request):
         return serve_file(request)
@@ -524,6 +546,7 @@ def _add_file_routes(
         prefix + "/files/{key}/{path:path}",
         tags=["files"],
         summary="Size of a data or deletion-vector file, through a presigned URL this server issued",
+        openapi_extra={"parameters": api_doc.file_url_parameters()},
     )
     def head_file(key: str, path: str, request: Request):
         return serve_file(request)

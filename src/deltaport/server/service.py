@@ -27,6 +27,7 @@ from deltaport.protocol.requests import ChangesRequest, QueryRequest, parse_max_
 from deltaport.server.columnar_lines import ColumnarLines
 from deltaport.server.config import SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig
 from deltaport.server.file_keys import KeyingPool
+from deltaport.server.freshness import LatestState
 from deltaport.server.registry import Principal, Registry, SharedTable, StoreOpener
 from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.translate import FileLineMaker, choose_format, header_lines
@@ -35,10 +36,12 @@ from deltaport.storage import store_for
 
 @dataclass
 class Reply:
-    """What an endpoint answers: JSON or an NDJSON stream, with headers."""
+    """What an endpoint answers, with headers: JSON, a small complete NDJSON body (``content``),
+    or an NDJSON stream built while it is sent."""
 
     headers: dict[str, str] = field(default_factory=dict)
     json: Any = None
+    content: bytes | None = None
     stream: Iterator[bytes | memoryview] | None = None
     status: int = 200
 
@@ -77,6 +80,10 @@ def _table_item(share: ShareConfig, schema: SchemaConfig, table: SharedTableConf
 
 def _listing(items: list[dict[str, Any]], next_page_token: str | None) -> Reply:
     return Reply(json={"items": items, **({"nextPageToken": next_page_token} if next_page_token else {})})
+
+
+def _version_reply(version: int) -> Reply:
+    return Reply(headers={lines.VERSION_HEADER: str(version)})
 
 
 def _binding(who: Principal, shared: SharedTable) -> TokenBinding:
@@ -172,14 +179,20 @@ class SharingService:
         shared = self.registry.table(who, share, schema, table)
         delta_table = self._delta(shared)
         if starting_timestamp is None:
-            version = delta_table.latest_version()
-        else:
-            if not shared.config.history_shared:
-                raise _history_error(shared)
-            when = _timestamp_ms(starting_timestamp, "startingTimestamp")
-            version = delta_table.history().version_at_or_after(when)
-            self._check_start_version(shared, version)
-        return Reply(headers={lines.VERSION_HEADER: str(version)})
+            return _version_reply(delta_table.latest_version())
+        if not shared.config.history_shared:
+            raise _history_error(shared)
+        when = _timestamp_ms(starting_timestamp, "startingTimestamp")
+        version = delta_table.history().version_at_or_after(when)
+        self._check_start_version(shared, version)
+        return _version_reply(version)
+
+    async def latest_table_version(
+        self, who: Principal, share: str, schema: str, table: str, latest: LatestState
+    ) -> Reply:
+        """``table_version`` without a timestamp, the table's state worked out by ``latest``."""
+        shared = self.registry.table(who, share, schema, table)
+        return _version_reply(await latest.version(self._delta(shared)))
 
     def _snapshot(self, shared: SharedTable, version: int | None, timestamp: str | None) -> Snapshot:
         if (version is not None or timestamp is not None) and not shared.config.history_shared:
@@ -207,16 +220,29 @@ class SharingService:
             raise InvalidParameter("Please only provide one of: version,timestamp")
         shared = self.registry.table(who, share, schema, table)
         snap = self._snapshot(shared, asked_version, timestamp)
+        return self._metadata_reply(shared, snap, caps, time_travel=asked_version is not None or timestamp is not None)
+
+    async def latest_metadata(
+        self, who: Principal, share: str, schema: str, table: str, capabilities: str | None, latest: LatestState
+    ) -> Reply:
+        """``metadata`` without a version or timestamp, the table's state worked out by ``latest``."""
+        caps = Capabilities.parse(capabilities)
+        shared = self.registry.table(who, share, schema, table)
+        snap = await latest.snapshot(self._delta(shared))
+        self._check_start_version(shared, snap.version)
+        return self._metadata_reply(shared, snap, caps, time_travel=False)
+
+    def _metadata_reply(self, shared: SharedTable, snap: Snapshot, caps: Capabilities, *, time_travel: bool) -> Reply:
         fmt = choose_format(caps, snap.config)
         body = header_lines(
             snap.config,
             fmt,
             history_shared=shared.config.history_shared,
-            version=snap.version if (asked_version is not None or timestamp is not None) else None,
+            version=snap.version if time_travel else None,
             size=snap.size_in_bytes,
             num_files=snap.num_files,
         )
-        return Reply(headers=self._table_headers(snap.version, caps, fmt, None), stream=iter(body))
+        return Reply(headers=self._table_headers(snap.version, caps, fmt, None), content=b"".join(body))
 
     def _table_headers(self, version: int, caps: Capabilities, fmt: str, id_hash_header: str | None) -> dict[str, str]:
         headers = {lines.VERSION_HEADER: str(version), "Content-Type": lines.NDJSON, HEADER: caps.response_header(fmt)}
@@ -470,7 +496,8 @@ class SharingService:
     def _change_versions(self, shared: SharedTable, req: ChangesRequest) -> tuple[int, int | None]:
         """The starting and ending versions of a /changes request, timestamps resolved."""
         start, end = req.starting_version, req.ending_version
-        history = self._delta(shared).history() if (req.starting_timestamp or req.ending_timestamp) else None
+        asks_time = req.starting_timestamp is not None or req.ending_timestamp is not None
+        history = self._delta(shared).history() if asks_time else None
         try:
             if req.starting_timestamp is not None:
                 assert history is not None
