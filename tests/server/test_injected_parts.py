@@ -51,7 +51,7 @@ def app_parts():
         opened.append(location)
         return store
 
-    def signer(shared, base_url):
+    def signer(shared, base_url, who):
         return signers.setdefault(shared.config.name, _TestSigner(shared.config.name))
 
     config = parse_config(

@@ -156,7 +156,7 @@ def test_failure_midway_becomes_an_end_stream_error_message():
         }
     )
     service = SharingService(
-        cfg, signer_factory=lambda st, base: FlakySigner(), cache=SnapshotCache(), codec=TokenCodec(b"k" * 32)
+        cfg, signer_factory=lambda shared, base, who: FlakySigner(), cache=SnapshotCache(), codec=TokenCodec(b"k" * 32)
     )
     who = service.principal(None)
     reply = service.query(

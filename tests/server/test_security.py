@@ -393,6 +393,31 @@ def test_a_file_url_is_bound_to_its_path_expiry_and_table(served, clock):
     assert "future" in _error(httpx.get(urls[0]), 403, "PERMISSION_DENIED")
 
 
+def test_a_file_url_is_bound_to_the_recipient_it_was_issued_to(served):
+    """A URL names the recipient it was issued to, under the signature; served only while that
+    recipient may read the table. Re-signed with the server's own key, so the check reached is the
+    recipient's, not the signature's."""
+    url = _file_urls(served)[0]  # alice's, for table t of share s
+    with served.client(BOB) as c:
+        answer = _lines(c.post("/delta-sharing/shares/o/schemas/d/tables/t/query", json={}))
+        bobs = [x["file"]["url"] for x in answer if "file" in x]
+    alice_key, bob_key = urlsplit(url).path.split("/")[3], urlsplit(bobs[0]).path.split("/")[3]
+    table, _, alice = alice_key.partition("~")
+    assert alice and bob_key.partition("~")[2] not in ("", alice)  # each URL names its recipient
+    assert httpx.get(bobs[0]).status_code == 200
+    signer = _signer(served, url)
+    cases = {
+        "bob's key on share s's table": f"{table}~{bob_key.partition('~')[2]}",
+        "an unknown recipient": f"{table}~{'0' * 16}",
+        "no recipient": table,
+    }
+    for what, key in cases.items():
+        path = urlsplit(url).path.replace(f"/{alice_key}/", f"/{key}/")
+        signed, _ = signer.presign_encoded(path, expires_in=60, now=START)
+        message = _error(httpx.get(signed), 403, "PERMISSION_DENIED")
+        assert "signature" not in message and "recipient" in message, what
+
+
 # --- no read outside a table's root -----------------------------------------------------------
 
 

@@ -38,7 +38,7 @@ from deltaport.server.config import ServerConfig
 from deltaport.server.file_keys import KeyingPool
 from deltaport.server.freshness import LatestState
 from deltaport.server.hot_paths import HotTableCalls
-from deltaport.server.registry import SharedTable, StoreOpener
+from deltaport.server.registry import Principal, SharedTable, StoreOpener, recipient_key
 from deltaport.server.service import Reply, SharingService, SignerFactory
 from deltaport.server.tokens import TokenCodec
 from deltaport.signing import LocalFileSigner, UrlSigner, signer_for
@@ -249,12 +249,12 @@ def create_app(
     access_key = "DELTAPORT" + secrets.token_hex(6).upper()
     prefix = config.endpoint.rstrip("/")
 
-    def own_signer(shared: SharedTable, base_url: str) -> UrlSigner:
+    def own_signer(shared: SharedTable, base_url: str, who: Principal) -> UrlSigner:
         public = config.public_url or base_url.rstrip("/")
         return signer_for(
             shared.delta(cache).store,
             base_url=public + prefix,
-            table_key=shared.key,
+            table_key=f"{shared.key}~{recipient_key(who.name)}",  # the URL names, and is signed for, both
             access_key=access_key,
             secret=file_secret,
         )
@@ -553,12 +553,14 @@ def _add_file_routes(
 
     def serve_file(request: Request):
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
-        table_key, rel = verifier.verify(
+        key, rel = verifier.verify(
             request.method, request.headers.get("host", ""), raw_path, request.url.query, now=service.clock()
         )
+        table_key, _, recipient = key.partition("~")
         shared = service.registry.by_key(table_key)
-        if shared is None:
-            raise PermissionDenied("this URL names no table this server shares")
+        who = service.registry.principal_for_key(recipient)
+        if shared is None or who is None or not who.may_see(shared.share.name):
+            raise PermissionDenied("this URL names no table this server shares with the recipient it was issued to")
         local = getattr(shared.delta(cache).store, "local_path", None)
         if local is None:
             raise ResourceNotFound("this table's files are served by its object store, not by this server")

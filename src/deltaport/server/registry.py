@@ -56,6 +56,11 @@ class SharedTable:
             return self._delta
 
 
+def recipient_key(name: str) -> str:
+    """Names a recipient in the server's own file URLs (opaque, URL-safe)."""
+    return hashlib.sha256(f"recipient\x00{name}".lower().encode()).hexdigest()[:16]
+
+
 def _table_key(share: str, schema: str, table: str) -> str:
     return hashlib.sha256(f"{share}\x00{schema}\x00{table}".lower().encode()).hexdigest()[:24]
 
@@ -77,6 +82,16 @@ class Registry:
                     self._by_key[key] = shared
 
     # --- authentication ---------------------------------------------------------------------
+
+    def principal_for_key(self, key: str) -> Principal | None:
+        """The principal a file URL was issued to, by :func:`recipient_key`; None when it is no
+        longer one this server knows."""
+        cfg = self.config
+        known = [Principal("anonymous", None)] if not cfg.auth_enabled else []
+        if cfg.auth_enabled and cfg.bearer_token_hash is not None:
+            known.append(Principal("bearer", None))
+        known += [Principal(r.name, frozenset(r.shares)) for r in cfg.recipients] if cfg.auth_enabled else []
+        return next((who for who in known if hmac.compare_digest(recipient_key(who.name), key)), None)
 
     def authenticate(self, authorization: str | None, now_ms: int) -> Principal:
         cfg = self.config

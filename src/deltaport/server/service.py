@@ -46,7 +46,8 @@ class Reply:
     status: int = 200
 
 
-SignerFactory = Callable[[SharedTable, str], Any]  # (table, request base URL) -> UrlSigner
+#: (table, request base URL, recipient) -> the UrlSigner of the table's file URLs for that recipient
+SignerFactory = Callable[[SharedTable, str, Principal], Any]
 
 
 def parse_fileidhash(value: str | None) -> str | None:
@@ -284,7 +285,7 @@ class SharingService:
                 "asynchronous queries are not supported by this server: send the query "
                 "without asyncquery=true in delta-sharing-capabilities"
             )
-        answer = _Answer(caps, parse_fileidhash(fileidhash), base_url)
+        answer = _Answer(who, caps, parse_fileidhash(fileidhash), base_url)
         shared = self.registry.table(who, share, schema, table)
         if req.specific_version and not shared.config.history_shared:
             raise _history_error(shared)
@@ -365,7 +366,7 @@ class SharingService:
     def _line_maker(self, shared: SharedTable, answer: _Answer, fmt: str, table_uri: str) -> FileLineMaker:
         return FileLineMaker(
             table_uri=table_uri,
-            signer=self.signer_factory(shared, answer.base_url),
+            signer=self.signer_factory(shared, answer.base_url, answer.who),
             expires_in=self.config.pre_signed_url_timeout_seconds,
             fmt=fmt,
             id_hash=answer.id_hash or fmt,
@@ -403,7 +404,8 @@ class SharingService:
             raise InvalidParameter(
                 f"CDF range from start {start} to end {end} was invalid. End cannot be before start."
             )
-        return table.changes(start, end), latest
+        # up to the latest read above, which page tokens pin: not to a commit that landed since
+        return table.changes(start, latest if end is None else end), latest
 
     def _paged_change_plan(
         self,
@@ -463,7 +465,7 @@ class SharingService:
         base_url: str,
         fileidhash: str | None = None,
     ) -> Reply:
-        answer = _Answer(Capabilities.parse(capabilities), parse_fileidhash(fileidhash), base_url)
+        answer = _Answer(who, Capabilities.parse(capabilities), parse_fileidhash(fileidhash), base_url)
         req = ChangesRequest.parse(params)
         shared = self.registry.table(who, share, schema, table)
         if not shared.config.history_shared:
@@ -553,9 +555,10 @@ class SharingService:
 
 @dataclass(frozen=True)
 class _Answer:
-    """How a table request is to be answered: the client's capabilities, the ``fileidhash`` it
-    asked for, and the base URL its file URLs are made under."""
+    """How a table request is to be answered: to whom, the client's capabilities, the ``fileidhash``
+    it asked for, and the base URL its file URLs are made under."""
 
+    who: Principal
     caps: Capabilities
     id_hash: str | None
     base_url: str
