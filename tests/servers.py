@@ -1,4 +1,5 @@
-"""Real storage endpoints on loopback for tests: a moto S3 server process."""
+"""Real servers on loopback for tests: moto (S3) and Azurite (Azure) processes, a deltaport app in a
+thread, and `deltaport serve` as a process."""
 
 from __future__ import annotations
 
@@ -126,6 +127,31 @@ class RunningServer:
         self.thread.join(10)
 
 
+class ServeProcess:
+    """``deltaport serve`` as its own process on 127.0.0.1 (the server as operators run it): writes
+    ``config`` with host and port filled in to ``workdir/serve.yaml``, starts it and returns once it
+    answers /health. Its output goes to ``workdir/serve.log``."""
+
+    def __init__(self, config: dict, workdir: Path, *args: str) -> None:
+        import yaml
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        path = workdir / "serve.yaml"
+        path.write_text(yaml.safe_dump({**config, "host": "127.0.0.1", "port": self.port}))
+        self.log = workdir / "serve.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [str(Path(sys.executable).parent / "deltaport"), "serve", "--config", str(path), *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_for(lambda: httpx.get(f"{self.url}/health", timeout=1).status_code == 200, self.proc, "deltaport serve")
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 AZURITE_VERSION = "3.35.0"
 
@@ -157,17 +183,22 @@ class AzuriteServer:
                 check=True,
                 timeout=600,
             )
+        self.exe, self.workdir = exe, workdir
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}/{self.account}"
+        self.start()
+
+    def start(self) -> None:
+        """Start (again, on the same port and folder: a restarted Azurite keeps its blobs)."""
         self.proc = subprocess.Popen(
             [
-                str(exe),
+                str(self.exe),
                 "--blobHost",
                 "127.0.0.1",
                 "--blobPort",
                 str(self.port),
                 "--location",
-                str(workdir),
+                str(self.workdir),
                 "--silent",
                 "--disableTelemetry",
                 "--skipApiVersionCheck",

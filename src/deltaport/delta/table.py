@@ -7,8 +7,9 @@ commits on top of the cached live files.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +25,14 @@ from deltaport.delta.replay import replay, with_keys
 from deltaport.delta.snapshot import Snapshot
 from deltaport.delta.table_changes import CommitChanges
 from deltaport.delta.table_config import TableConfig
-from deltaport.errors import CorruptLog, NotADeltaTable, ObjectNotFound, TableFilesMissing, VersionNotFound
+from deltaport.errors import (
+    CorruptLog,
+    NotADeltaTable,
+    ObjectNotFound,
+    StorageUnavailable,
+    TableFilesMissing,
+    VersionNotFound,
+)
 from deltaport.storage import store_for
 from deltaport.storage.base import ObjectStore
 
@@ -57,12 +65,32 @@ class DeltaTable:
         self.uri = self.store.root_uri
         self.cache = cache if cache is not None else default_cache()
         self._lock = threading.RLock()
+        self._storage_failures = 0  # storage failures of lock holders so far (see _turn)
+        self._last_storage_failure: StorageUnavailable | None = None
         self._listing: LogListing | None = None
         self._ict: dict[int, int | None] = {}
         self._configs: dict[int, TableConfig] = {}
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """Hold the table's lock. If storage failed for a holder while this call waited for the lock,
+        fail the same way at once (a 503) instead of trying again: when a store hangs, requests
+        queue here, and each would otherwise wait out its own timeout in turn, holding a server
+        thread all the while (45 queued requests took the thread pool for minutes)."""
+        seen = self._storage_failures
+        with self._lock:
+            failed = self._last_storage_failure
+            if self._storage_failures != seen and failed is not None:
+                raise StorageUnavailable(failed.message, detail=failed.detail, location=failed.location)
+            try:
+                yield
+            except StorageUnavailable as exc:
+                self._last_storage_failure = exc
+                self._storage_failures += 1
+                raise
 
     # --- the log ----------------------------------------------------------------------------
 
@@ -75,7 +103,7 @@ class DeltaTable:
         """List the log: the first time from the checkpoint ``_last_checkpoint`` names, later only
         after the newest known version. ``covering=0`` (or any version before where the listing
         started) lists the whole log: time travel, history and change ranges need it."""
-        with self._lock:
+        with self._turn():
             if self._listing is None or self._listing.latest_commit is None:
                 whole = covering == 0  # the hint would only be read to be listed past
                 self._listing = (
@@ -161,7 +189,7 @@ class DeltaTable:
         """The table at ``version`` (or at the latest commit at or before ``timestamp``; else latest)."""
         if version is not None and timestamp is not None:
             raise ValueError("give a version or a timestamp, not both")
-        with self._lock:
+        with self._turn():
             listing = self.refresh_listing(covering=0 if timestamp is not None else version)
             if timestamp is not None:
                 version = self.history(listing).version_at_or_before(to_epoch_ms(timestamp))

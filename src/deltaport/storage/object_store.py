@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,6 +10,12 @@ from deltaport.errors import ObjectNotFound, StorageError, StorageUnavailable
 from deltaport.storage.base import FileInfo
 
 _CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "timeout", "connect_timeout", "proxy_url")
+
+#: Retries of a failed storage request unless the config sets ``retry_config``. The library's own
+#: default (10 retries for up to 3 minutes) held a request, and its server thread, for 3 minutes
+#: against a store that stopped answering; with this, a request gets its 503 (and the client its
+#: Retry-After) once one request ``timeout`` (30 s by default) or 10 s of retries have passed.
+DEFAULT_RETRY = {"max_retries": 2, "retry_timeout": dt.timedelta(seconds=10)}
 
 
 def _ms(meta: Mapping[str, Any]) -> int:
@@ -38,6 +45,7 @@ class ObstoreStore:
         for key in _CLIENT_KEYS:  # accepted beside the store keys for convenience
             if key in self.options:
                 client_options[key] = self.options.pop(key)
+        self.options.setdefault("retry_config", DEFAULT_RETRY)
         try:
             self._store = _store or obstore.store.from_url(
                 self.root_uri, client_options=client_options or None, **self.options
