@@ -1,0 +1,1 @@
+"""Schema revisions of the catalog database, oldest first: 0001_initial, ..."""

@@ -1,0 +1,165 @@
+"""What the provider's catalog holds: catalogs, schemas and tables (by three-part name), shares and
+what they share, recipients with their tokens and grants, and audit events.
+
+Values only (frozen, no I/O). Names are kept as the provider spelt them and matched without regard
+to case. Times are epoch milliseconds. Secrets never appear here in clear: tokens are SHA-256
+digests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class ObjectType(str, Enum):
+    TABLE = "TABLE"
+    SCHEMA = "SCHEMA"
+
+
+class PartitionOp(str, Enum):
+    EQUAL = "EQUAL"
+    LIKE = "LIKE"
+
+
+@dataclass(frozen=True)
+class CatalogInfo:
+    name: str
+    comment: str | None = None
+    storage_root: str | None = None
+    created_at: int = 0
+    updated_at: int = 0
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    catalog_name: str
+    name: str
+    comment: str | None = None
+    created_at: int = 0
+    updated_at: int = 0
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.catalog_name}.{self.name}"
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    catalog_name: str
+    schema_name: str
+    name: str
+    storage_location: str
+    table_id: str = ""  # a UUID, fixed at creation: the protocol's table id
+    comment: str | None = None
+    table_type: str = "EXTERNAL"
+    data_source_format: str = "DELTA"
+    created_at: int = 0
+    updated_at: int = 0
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.catalog_name}.{self.schema_name}.{self.name}"
+
+
+@dataclass(frozen=True)
+class PartitionValue:
+    """One condition of a partition filter: column ``name`` ``op`` either a static ``value`` or the
+    value of the recipient's property ``recipient_property_key`` (exactly one of the two)."""
+
+    name: str
+    op: PartitionOp = PartitionOp.EQUAL
+    value: str | None = None
+    recipient_property_key: str | None = None
+
+
+@dataclass(frozen=True)
+class SharedObject:
+    """One data object of a share: a TABLE (``name`` = "catalog.schema.table", ``shared_as`` =
+    "schema.table" as recipients see it) or a whole SCHEMA (``name`` = "catalog.schema",
+    ``shared_as`` = "schema"; its tables, present and future, are shared under their own names).
+
+    ``partitions``: the rows recipients may read, as OR over partitions of AND over values; empty
+    means the whole table."""
+
+    name: str
+    data_object_type: ObjectType = ObjectType.TABLE
+    shared_as: str = ""
+    history_shared: bool = False
+    cdf_enabled: bool = False
+    start_version: int = 0
+    comment: str | None = None
+    partitions: tuple[tuple[PartitionValue, ...], ...] = ()
+    added_at: int = 0
+
+
+@dataclass(frozen=True)
+class ShareInfo:
+    name: str
+    comment: str | None = None
+    objects: tuple[SharedObject, ...] = ()  # filled only when asked for
+    id: str = ""  # a UUID, fixed at creation: the protocol's share id
+    created_at: int = 0
+    updated_at: int = 0
+
+
+@dataclass(frozen=True)
+class RecipientToken:
+    """One bearer token of a recipient. Until activated it exists only as its activation link:
+    ``token_hash`` is None and ``activation_hash`` names the link; activation makes the bearer
+    token (shown once) and stores its hash."""
+
+    id: str
+    created_at: int
+    expiration_time: int | None = None  # ms; None: never expires
+    token_hash: bytes | None = field(default=None, repr=False)  # digests never reach a log line
+    activation_hash: bytes | None = field(default=None, repr=False)
+    activation_expires_at: int | None = None
+    activated_at: int | None = None
+
+
+@dataclass(frozen=True)
+class RecipientInfo:
+    name: str
+    comment: str | None = None
+    authentication_type: str = "TOKEN"
+    expiration_time: int | None = None
+    allowed_ip_addresses: tuple[str, ...] = ()  # IPs and CIDRs, v4 and v6; empty: from anywhere
+    properties: Mapping[str, str] = field(default_factory=dict)
+    tokens: tuple[RecipientToken, ...] = ()
+    id: str = ""
+    created_at: int = 0
+    updated_at: int = 0
+
+    @property
+    def activated(self) -> bool:
+        return any(t.activated_at is not None or t.activation_hash is None for t in self.tokens)
+
+
+@dataclass(frozen=True)
+class Grant:
+    share: str
+    recipient: str
+    privileges: tuple[str, ...] = ("SELECT",)
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One audited action. Never a token, a presigned URL or a storage credential."""
+
+    time: int
+    request_id: str
+    principal: str  # recipient name, "admin:<name>" or "anonymous"
+    action: str  # e.g. "queryTable", "createShare", "activate", "downloadFile"
+    status: int
+    client_ip: str | None = None
+    user_agent: str | None = None
+    share: str | None = None
+    schema: str | None = None
+    table: str | None = None
+    version: int | None = None
+    files: int | None = None
+    bytes: int | None = None
+    duration_ms: float | None = None
+    detail: Mapping[str, object] = field(default_factory=dict)
