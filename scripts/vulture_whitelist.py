@@ -72,3 +72,9 @@ streaming_query  # unused function (src/deltaport/conformance)
 file_url_get  # unused function (src/deltaport/conformance)
 file_url_range  # unused function (src/deltaport/conformance)
 file_url_altered  # unused function (src/deltaport/conformance)
+LIKE  # unused variable (src/deltaport/catalog/model.py:23): parsed from the wire by value
+retrieve_token  # unused function (src/deltaport/server/admin/activation.py): a route
+activation_page  # unused function (src/deltaport/server/admin/activation.py): a route
+model_config  # unused variable (src/deltaport/server/admin/bodies.py): read by pydantic
+owner  # unused variable (src/deltaport/server/admin/bodies.py): an SDK field accepted and ignored
+added_by  # unused variable (src/deltaport/server/admin/bodies.py): an SDK field accepted and ignored

@@ -103,16 +103,17 @@ class MotoServer:
 
 
 class RunningServer:
-    """A deltaport app served by uvicorn in a thread on 127.0.0.1 (a real HTTP server)."""
+    """A deltaport app served by uvicorn in a thread on 127.0.0.1 (a real HTTP server); ``options``
+    go to uvicorn's Config (e.g. ``proxy_headers=False``)."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, **options) -> None:
         import threading
 
         import uvicorn
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

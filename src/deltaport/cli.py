@@ -101,7 +101,9 @@ def serve(
         ...,
         "--config",
         "-c",
-        help="Server config YAML (the reference server's format, plus an optional recipients list).",
+        help="Server config YAML: the reference server's format (with 'shares'), plus optional recipients; "
+        "or, without 'shares', a catalog database (catalog.db beside the config, or 'catalog: URL') "
+        "administered through the admin API.",
     ),
     host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default: the config's host)."),
     port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (default: the config's port)."),
@@ -115,7 +117,7 @@ def serve(
         "in the server process).",
     ),
 ) -> None:
-    """Serve the shares of a config file over the Delta Sharing protocol."""
+    """Serve the shares of a config file, or of its catalog database, over the Delta Sharing protocol."""
     from deltaport.errors import DeltaportError
     from deltaport.server import create_app, load_config
 
@@ -357,9 +359,45 @@ def _run(application, host: str, port: int, cfg) -> None:
 
             ssl["ssl_keyfile_password"] = Path(cfg.ssl.certificate_password_file).read_text().strip()
     _warm_up()
-    typer.echo(f"serving {len(cfg.shares)} share(s) on http{'s' if ssl else ''}://{host}:{port}{cfg.endpoint}")
+    scheme = f"http{'s' if ssl else ''}"
+    shares = len(application.state.service.config.shares)
+    typer.echo(f"serving {shares} share(s) on {scheme}://{host}:{port}{cfg.endpoint}")
+    admin_app = getattr(application.state, "admin_app", None)
+    if cfg.catalog_url is not None:
+        _say_catalog(cfg, shares, f"{scheme}://{cfg.admin_host or host}:{cfg.admin_port or port}")
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
-    uvicorn.run(application, host=host, port=port, access_log=False, log_level="info", **ssl)
+    # proxy_headers off: X-Forwarded-For is trusted only from the configured proxies (server/access.py)
+    settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl}
+    if admin_app is None:
+        uvicorn.run(application, host=host, port=port, **settings)
+        return
+    import asyncio
+
+    servers = [
+        uvicorn.Server(uvicorn.Config(application, host=host, port=port, **settings)),
+        uvicorn.Server(uvicorn.Config(admin_app, host=cfg.admin_host or "127.0.0.1", port=cfg.admin_port, **settings)),
+    ]
+
+    async def both() -> None:
+        await asyncio.gather(*(server.serve() for server in servers))
+
+    asyncio.run(both())
+
+
+def _say_catalog(cfg, shares: int, admin_url: str) -> None:
+    """Where the catalog is and how to administer it; for an empty one, how to make the first share."""
+    from deltaport.catalog.db import display_url
+
+    typer.echo(f"catalog database: {display_url(cfg.catalog_url)}; admin API: {admin_url}/api/2.1/unity-catalog")
+    if not cfg.admin_token_hashes:
+        typer.echo("no admin token: set DELTAPORT_ADMIN_TOKEN or 'adminTokens' in the config to use the admin API")
+    if shares == 0:
+        typer.echo(
+            "the catalog is empty. Create the first share with the Databricks SDK "
+            f"(WorkspaceClient(host='{admin_url}', token=ADMIN_TOKEN)): catalogs.create, schemas.create, "
+            "tables.create(..., storage_location=PATH), shares.create, shares.update(ADD the table), "
+            "recipients.create (its activation_url gives the recipient a profile), shares.update_permissions."
+        )
 
 
 def _print_summary(s: dict) -> None:

@@ -111,6 +111,22 @@ class PermissionDenied(DeltaportError):
     error_code = "PERMISSION_DENIED"
 
 
+class AlreadyExists(DeltaportError):
+    """A catalog object with that name exists already (names match without regard to case)."""
+
+    http_status = 409
+    error_code = "RESOURCE_ALREADY_EXISTS"
+
+
+class CatalogUnavailable(DeltaportError):
+    """The catalog database cannot be reached or failed in a way that may pass: a 503 with
+    ``Retry-After``. Recipients keep reading with the catalog last loaded."""
+
+    http_status = 503
+    error_code = "TEMPORARILY_UNAVAILABLE"
+    retry_after_seconds = 5
+
+
 # --- storage --------------------------------------------------------------------------------
 
 

@@ -75,9 +75,9 @@ def test_recipients_plain_and_hashed_tokens():
         }
     )
     r = cfg.recipients[0]
-    assert r.token_hashes == (hash_token("secret-1"), bytes.fromhex(digest))
+    assert tuple(t.digest for t in r.tokens) == (hash_token("secret-1"), bytes.fromhex(digest))
     assert r.shares == ("sales", "marketing")
-    assert r.expiration_ms == 1798761600000
+    assert [t.expiration_ms for t in r.tokens] == [1798761600000, 1798761600000]
 
 
 @pytest.mark.parametrize(
@@ -175,3 +175,14 @@ def test_unknown_keys_are_refused_with_the_nearest_valid_one(data, needle):
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     assert needle in str(err.value)
+
+
+def test_every_config_key_is_documented_in_the_readme():
+    from pathlib import Path
+
+    from deltaport.server import config as config_module
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    keys = [k for k in config_module._KEYS["the server config"] if k not in config_module._REFERENCE_ONLY]
+    missing = [k for k in keys if f"`{k}`" not in readme and f"{k}:" not in readme]
+    assert missing == []

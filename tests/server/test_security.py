@@ -317,15 +317,13 @@ def test_bearer_tokens_are_compared_as_hashes_with_compare_digest(served, monkey
     with served.client() as c:
         assert c.get(P + "/shares").status_code == 200
         token_calls = [(a, b) for a, b in calls if digest in (a, b)]
-        # every stored token is compared (alice's, carol's, bob's), whichever matches: timing tells nothing
-        assert len(token_calls) == 3
-        assert all(len(a) == len(b) == 32 for a, b in token_calls)
+        # found by its digest (a lookup that tells nothing of any token), then compared in constant time
+        assert token_calls and all(len(a) == len(b) == 32 for a, b in token_calls)
         assert not any(ALICE.encode() in (a, b) or ALICE in (a, b) for a, b in calls)
         verdict[0] = False  # compare_digest decides: refused, the token being right or not
         _error(c.get(P + "/shares"), 401, "UNAUTHENTICATED")
-    verdict[0] = True
     with served.client("a-token-nobody-was-given") as c:
-        assert c.get(P + "/shares").status_code == 200
+        _error(c.get(P + "/shares"), 401, "UNAUTHENTICATED")
 
 
 def _strings_in(root, limit: int = 200_000):
@@ -358,7 +356,7 @@ def test_the_server_keeps_no_plaintext_token(served):
     assert len(kept) > 20  # the walk reaches the config and the registry
     for token in (ALICE, CAROL, BOB):
         assert not any(token in s if isinstance(s, str) else token.encode() in s for s in kept)
-    digests = {h for r in service.config.recipients for h in r.token_hashes}
+    digests = {h for r in service.config.recipients for h in (t.digest for t in r.tokens)}
     assert digests == {hashlib.sha256(t.encode()).digest() for t in (ALICE, CAROL, BOB)}
     planted = dataclasses.replace(service.config.recipients[0], name=f"x{ALICE}x")
     assert any(ALICE in s for s in _strings_in([planted]) if isinstance(s, str))  # the walk would see one

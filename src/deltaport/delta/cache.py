@@ -14,6 +14,9 @@ class SnapshotCache:
     A snapshot's bytes include what was derived from it after it was cached (parsed stats,
     prepared file ids), so they are counted afresh at each ``put``: nothing else holds a
     snapshot, and an evicted one is freed with everything derived from it.
+
+    ``hits`` and ``misses`` count the lookups by ``get`` since the cache was made (for the
+    server's metrics); they only grow.
     """
 
     def __init__(self, max_entries: int = 64, max_bytes: int = 2 << 30) -> None:
@@ -21,11 +24,16 @@ class SnapshotCache:
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
         self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
 
     def get(self, table_uri: str, version: int) -> Snapshot | None:
         with self._lock:
             snap = self._items.get((table_uri, version))
-            if snap is not None:
+            if snap is None:
+                self.misses += 1
+            else:
+                self.hits += 1
                 self._items.move_to_end((table_uri, version))
             return snap
 

@@ -1,8 +1,18 @@
 """The Delta Sharing server: config, auth and grants, the protocol's endpoints, streaming."""
 
+from deltaport.server.audit import AuditSink, BatchingSink, FanOutSink, JsonLinesAuditSink
 from deltaport.server.config import ServerConfig, load_config, parse_config
 
-__all__ = ["ServerConfig", "load_config", "parse_config", "create_app"]
+__all__ = [
+    "AuditSink",
+    "BatchingSink",
+    "FanOutSink",
+    "JsonLinesAuditSink",
+    "ServerConfig",
+    "load_config",
+    "parse_config",
+    "create_app",
+]
 
 
 def create_app(config: ServerConfig, **kwargs):

@@ -11,7 +11,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
@@ -31,14 +31,20 @@ from starlette.responses import (
     StreamingResponse,
 )
 
+from deltaport.catalog.store import CatalogDB
 from deltaport.delta import SnapshotCache
 from deltaport.errors import DeltaportError, InvalidParameter, PermissionDenied, ResourceNotFound
 from deltaport.server import api_doc, errors
+from deltaport.server.admin import AdminParts, add_activation_routes, admin_router, create_admin_app
+from deltaport.server.audit import AuditSink
+from deltaport.server.catalog_feed import CatalogFeed, describe_delta_table
 from deltaport.server.config import ServerConfig
 from deltaport.server.file_keys import KeyingPool
 from deltaport.server.freshness import LatestState
 from deltaport.server.hot_paths import HotTableCalls
+from deltaport.server.observe import observe
 from deltaport.server.registry import Principal, SharedTable, StoreOpener, recipient_key
+from deltaport.server.request_info import current_request
 from deltaport.server.service import Reply, SharingService, SignerFactory
 from deltaport.server.tokens import TokenCodec
 from deltaport.signing import LocalFileSigner, UrlSigner, signer_for
@@ -50,6 +56,10 @@ _T = "/shares/{share}/schemas/{schema}/tables/{table}"
 
 
 def _reply(reply: Reply, head: bool = False) -> Response:
+    seen = current_request()
+    if seen is not None:  # what the response serves, for its metrics and audit event
+        seen.served = reply.served
+        seen.streaming = reply.stream is not None and reply.content is None and not head
     if reply.stream is not None or reply.content is not None:
         if head:
             return Response(status_code=reply.status, headers=reply.headers)
@@ -232,8 +242,15 @@ def create_app(
     file_secret: bytes | None = None,
     keying_processes: int = 0,
     hot_paths: bool = True,
+    catalog: CatalogDB | None = None,
+    metrics: bool = True,
+    metrics_token: str | None = None,
+    audit: AuditSink | None = None,
+    trusted_proxies: Sequence[str] = (),
 ) -> FastAPI:
     """The sharing server for ``config``. Secrets default to fresh random ones per process.
+
+    Long by choice: the wiring of every part, in the order it must happen.
 
     ``store`` opens a table's storage from its location and storage options (default: by URL
     scheme); ``signer`` makes a table's URL signer for a request's base URL (default: the server's
@@ -242,8 +259,16 @@ def create_app(
     large responses beside the server process (started with the app, stopped with it); 0 keeps
     that work in-process. ``hot_paths`` answers GET /version and /metadata without the
     framework's machinery (see hot_paths.py); off, the routes answer them, with the same bytes.
+    ``catalog`` is the catalog database to serve (default: the config's ``catalog``, if any); with
+    one, the admin API is served too — beside the protocol, or as ``app.state.admin_app`` for a
+    listener of its own when the config names an ``adminPort``.
+    ``metrics``: Prometheus metrics at ``GET /metrics`` (metrics.py), only for
+    ``Authorization: Bearer <metrics_token>`` when that is given. ``audit``: where each protocol
+    request's and download's audit event goes (audit.py; the caller closes it). ``trusted_proxies``:
+    addresses and CIDR blocks of proxies whose ``X-Forwarded-For`` names the client (access.py),
+    for recipients' IP access lists, the audit log and nothing else.
     """
-    cache = cache or SnapshotCache()
+    cache = cache if cache is not None else SnapshotCache()  # an empty cache is falsy: `or` would drop it
     codec = TokenCodec(config.token_secret or secrets.token_bytes(32), clock=clock)
     file_secret = file_secret or secrets.token_bytes(32)
     access_key = "DELTAPORT" + secrets.token_hex(6).upper()
@@ -283,8 +308,54 @@ def create_app(
     _add_file_routes(app, service, verifier, cache, prefix)
     if hot_paths:  # the calls read exactly the parameters and headers their routes declare
         _add_hot_paths(app, prefix, {"version": version_call, "metadata": metadata_call})
+    if catalog is None and config.catalog_url is not None:
+        catalog = CatalogDB(config.catalog_url, activation_ttl_s=config.activation_link_ttl_seconds)
+    if catalog is not None:
+        _serve_catalog(app, service, catalog, cache)
+    observe(
+        app,
+        cache,
+        prefix,
+        metrics=metrics,
+        metrics_token=metrics_token,
+        audit=audit,
+        trusted_proxies=tuple(trusted_proxies) or config.trusted_proxies,
+    )
     app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too
     return app
+
+
+def _serve_catalog(app: FastAPI, service: SharingService, catalog: CatalogDB, cache: SnapshotCache) -> None:
+    """Serves the catalog database: loaded now, then kept in step by a feed (started with the app),
+    administered through the admin API, activated through the public activation routes."""
+    config = service.config
+    feed = CatalogFeed(
+        catalog,
+        lambda served: service.serve_catalog(served.shares, served.recipients),
+        poll_seconds=config.catalog_poll_seconds,
+    )
+    feed.reload_now()
+    app.state.catalog_feed = feed
+
+    def describe_table(location: str):
+        return describe_delta_table(location, service.registry.config.storage_options, cache)
+
+    def base(request: Request) -> str:
+        return config.public_url or str(request.base_url).rstrip("/")
+
+    parts = AdminParts(
+        catalog=catalog,
+        admin_digests=frozenset(config.admin_token_hashes),
+        codec=service.codec,
+        reload=feed.reload_now,
+        describe_table=describe_table,
+        link_base=base,
+    )
+    add_activation_routes(app, parts, lambda request: base(request) + config.endpoint.rstrip("/"))
+    if config.admin_port is None:
+        app.include_router(admin_router(parts))
+    else:
+        app.state.admin_app = create_admin_app(parts)
 
 
 class _App(FastAPI):
@@ -303,13 +374,20 @@ def _new_app(service: SharingService, keying: KeyingPool, table_calls: ThreadPoo
     """The FastAPI app with its lifespan (the keying pool, the table calls' threads) and error handlers."""
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI):
+    async def lifespan(app: FastAPI):
         keying.start()
+        feed = getattr(app.state, "catalog_feed", None)
+        if feed is not None:
+            feed.start_polling()
         try:
             yield
         finally:
             keying.close()
             table_calls.shutdown(wait=False, cancel_futures=True)
+            if feed is not None:
+                feed.stop()
+            for close in getattr(app.state, "closing", ()):
+                close()
 
     app = _App(
         title="deltaport",
@@ -561,6 +639,8 @@ def _add_file_routes(
         who = service.registry.principal_for_key(recipient)
         if shared is None or who is None or not who.may_see(shared.share.name):
             raise PermissionDenied("this URL names no table this server shares with the recipient it was issued to")
+        _note_download(shared)
+        service.admit(who)  # the recipient's IP access list
         local = getattr(shared.delta(cache).store, "local_path", None)
         if local is None:
             raise ResourceNotFound("this table's files are served by its object store, not by this server")
@@ -590,6 +670,7 @@ def _add_hot_paths(app: FastAPI, prefix: str, hot: dict) -> None:
     app.add_middleware(
         HotTableCalls,
         prefix=prefix,
+        routes=routes,
         calls={
             name: (
                 handler,
@@ -599,3 +680,11 @@ def _add_hot_paths(app: FastAPI, prefix: str, hot: dict) -> None:
             for name, handler in hot.items()
         },
     )
+
+
+def _note_download(shared: SharedTable) -> None:
+    """The table a download of a file this server serves reads, for its metrics and audit event."""
+    seen = current_request()
+    if seen is not None:
+        seen.download = True
+        seen.share, seen.schema, seen.table = shared.share.name, shared.schema.name, shared.config.name

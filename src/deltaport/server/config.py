@@ -1,6 +1,6 @@
 """Server configuration: the reference server's YAML, unchanged, plus ``recipients``.
 
-Unknown keys are accepted (as in the reference). Every error names the key and the fix.
+An unknown key is refused with the nearest valid key named. Every error names the key and the fix.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import hashlib
+import ipaddress
 import logging
 import os
 import re
@@ -18,47 +19,34 @@ from typing import Any
 
 import yaml
 
+from deltaport.catalog.names import check_name
+from deltaport.catalog.served import (
+    RecipientConfig,
+    SchemaConfig,
+    ShareConfig,
+    SharedTableConfig,
+    TokenHash,
+)
 from deltaport.errors import DeltaportError
+
+__all__ = [
+    "ConfigError",
+    "RecipientConfig",
+    "SchemaConfig",
+    "ServerConfig",
+    "ShareConfig",
+    "SharedTableConfig",
+    "SslConfig",
+    "hash_token",
+    "load_config",
+    "parse_config",
+]
 
 log = logging.getLogger("deltaport.server")
 
 
 class ConfigError(DeltaportError):
     """The configuration file is invalid; the message names the key and the fix."""
-
-
-@dataclass(frozen=True)
-class SharedTableConfig:
-    """One shared table as the server config declares it (the Delta table's own protocol and
-    metadata are :class:`deltaport.delta.TableConfig`)."""
-
-    name: str
-    location: str
-    id: str = ""
-    history_shared: bool = False
-    start_version: int = 0
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SchemaConfig:
-    name: str
-    tables: tuple[SharedTableConfig, ...]
-
-
-@dataclass(frozen=True)
-class ShareConfig:
-    name: str
-    schemas: tuple[SchemaConfig, ...]
-    id: str = ""
-
-
-@dataclass(frozen=True)
-class RecipientConfig:
-    name: str
-    token_hashes: tuple[bytes, ...]  # sha256 digests; plain tokens are hashed on load
-    shares: tuple[str, ...]  # lower-cased share names
-    expiration_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -87,10 +75,17 @@ class ServerConfig:
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     token_secret: bytes | None = None  # HMAC key for page/refresh tokens; random per process if None
     public_url: str | None = None  # base URL recipients reach this server at (for local file URLs)
+    catalog_url: str | None = None  # the catalog database; None: the shares and recipients above
+    admin_token_hashes: tuple[bytes, ...] = ()  # sha256 digests of the admin API's tokens
+    admin_host: str | None = None  # serve the admin API on its own address (None: beside the protocol)
+    admin_port: int | None = None
+    activation_link_ttl_seconds: int = 7 * 24 * 3600
+    catalog_poll_seconds: float = 1.0
+    trusted_proxies: tuple[str, ...] = ()  # addresses/CIDRs whose X-Forwarded-For is believed
 
     @property
     def auth_enabled(self) -> bool:
-        return self.bearer_token_hash is not None or bool(self.recipients)
+        return self.bearer_token_hash is not None or bool(self.recipients) or self.catalog_url is not None
 
 
 def hash_token(token: str) -> bytes:
@@ -125,6 +120,13 @@ _KEYS = {
         "storageOptions",
         "tokenSecret",
         "publicUrl",
+        "catalog",
+        "adminTokens",
+        "adminHost",
+        "adminPort",
+        "activationLinkTtlSeconds",
+        "catalogPollSeconds",
+        "trustedProxies",
         *_REFERENCE_ONLY,
     ),
     "a share": ("name", "id", "schemas"),
@@ -180,18 +182,9 @@ def _int(value: Any, key: str, *, minimum: int | None = None) -> int:
     return number
 
 
-_NAME_FORBIDDEN = re.compile(r"[\s/\x00-\x1f\x7f]")
-
-
 def _check_name(name: Any, what: str, *, allow_dot: bool) -> str:
-    if not isinstance(name, str):
-        raise ConfigError(f"the name of a {what} must be a string, not {name!r}")
-    if len(name) > 255 or _NAME_FORBIDDEN.search(name) or (not allow_dot and "." in name):
-        extra = "" if allow_dot else ", or '.'"
-        raise ConfigError(
-            f"{what} name {name!r} is invalid: at most 255 characters, no spaces, '/', or control characters{extra}"
-        )
-    return name
+    """The catalog's naming rule (:func:`deltaport.catalog.names.check_name`), raising ConfigError."""
+    return check_name(name, what, allow_dot=allow_dot, error=ConfigError)
 
 
 def _check_readable_file(path: Any, key: str) -> None:
@@ -267,21 +260,13 @@ def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
     tokens = d.get("tokens")
     if not tokens or not isinstance(tokens, list):
         raise ConfigError(f"'tokens' of recipient '{name}' must be a non-empty list")
-    hashes = []
-    for token in tokens:
-        token = str(token)
-        if token.startswith("sha256:"):
-            digest = token[len("sha256:") :]
-            if not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
-                raise ConfigError(f"token of recipient '{name}' starting 'sha256:' must be 64 hex digits")
-            hashes.append(bytes.fromhex(digest))
-        else:
-            hashes.append(hash_token(token))
+    hashes = [_token_digest(token, f"token of recipient '{name}'") for token in tokens]
     shares = d.get("shares") or []
     if not isinstance(shares, list):
         raise ConfigError(f"'shares' of recipient '{name}' must be a list of share names")
+    expires = _expiration(d.get("expirationTime"), str(name))
     return RecipientConfig(
-        str(name), tuple(hashes), tuple(str(s).lower() for s in shares), _expiration(d.get("expirationTime"), str(name))
+        str(name), tuple(TokenHash(h, expires) for h in hashes), tuple(str(s).lower() for s in shares)
     )
 
 
@@ -311,6 +296,58 @@ def _share(entry: Any) -> ShareConfig:
             raise ConfigError(f"schema '{name}.{schema_name}' defines a table name twice")
         schemas.append(SchemaConfig(schema_name, tables))
     return ShareConfig(name, tuple(schemas), str(entry.get("id") or ""))
+
+
+def _token_digest(token: Any, whose: str) -> bytes:
+    """A token as its SHA-256 digest: a plain token is hashed, ``sha256:<64 hex>`` is taken as is."""
+    token = str(token)
+    if not token.startswith("sha256:"):
+        return hash_token(token)
+    digest = token[len("sha256:") :]
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
+        raise ConfigError(f"{whose} starting 'sha256:' must be 64 hex digits")
+    return bytes.fromhex(digest)
+
+
+#: An admin token given by environment (added to the config's adminTokens).
+ADMIN_TOKEN_ENV = "DELTAPORT_ADMIN_TOKEN"
+
+
+def _admin_tokens(d: Mapping[str, Any]) -> tuple[bytes, ...]:
+    tokens = d.get("adminTokens") or []
+    if not isinstance(tokens, list):
+        raise ConfigError("'adminTokens' must be a list of tokens (plain, or 'sha256:<64 hex digits>')")
+    digests = [_token_digest(t, "an admin token") for t in tokens]
+    if os.environ.get(ADMIN_TOKEN_ENV):
+        digests.append(hash_token(os.environ[ADMIN_TOKEN_ENV]))
+    return tuple(digests)
+
+
+def catalog_url(value: str, base: Path | None) -> str:
+    """A database URL for the ``catalog`` key: a URL as is; a file path as SQLite, relative to ``base``."""
+    if "://" in value:
+        if not value.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:", "postgres:")):
+            raise ConfigError(f"'catalog' must be a file path, sqlite:///PATH or postgresql://..., not {value!r}")
+        return "postgresql://" + value.split("://", 1)[1] if value.startswith("postgres:") else value
+    path = Path(value).expanduser()
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    return f"sqlite:///{path.resolve()}"
+
+
+def _catalog(d: Mapping[str, Any], base: Path | None) -> str | None:
+    """The catalog database of a config: its ``catalog`` key, or ``catalog.db`` beside a config
+    without ``shares``; None for a config whose ``shares`` are the catalog."""
+    if d.get("catalog") is not None:
+        if d.get("shares") is not None:
+            raise ConfigError(
+                "a config has either 'shares' or 'catalog', not both: load the shares into the catalog "
+                "database with 'deltaport catalog import CONFIG', then remove 'shares'"
+            )
+        return catalog_url(str(d["catalog"]), base)
+    if "shares" in d:
+        return None
+    return catalog_url("catalog.db", base or Path.cwd())
 
 
 def _bearer_hash(entry: Any) -> bytes:
@@ -343,8 +380,9 @@ def _ssl(entry: Any) -> SslConfig:
     return ssl
 
 
-def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
-    """A ServerConfig from the parsed YAML mapping."""
+def parse_config(d: Mapping[str, Any] | None, *, base: Path | None = None) -> ServerConfig:
+    """A ServerConfig from the parsed YAML mapping; relative paths in it are taken from ``base``
+    (the config file's folder)."""
     if not isinstance(d, Mapping):
         raise ConfigError("the configuration must be a YAML mapping with 'version: 1' and 'shares'")
     _check_keys(d, "the server config")
@@ -391,7 +429,43 @@ def parse_config(d: Mapping[str, Any] | None) -> ServerConfig:
         storage_options=dict(d.get("storageOptions") or {}),
         token_secret=str(secret).encode() if secret else None,
         public_url=str(d["publicUrl"]).rstrip("/") if d.get("publicUrl") else None,
+        **_service_settings(d, base),
     )
+
+
+def _service_settings(d: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
+    """The settings of a provider's service: the catalog database and the admin API."""
+    admin_port = d.get("adminPort")
+    return {
+        "catalog_url": _catalog(d, base),
+        "admin_token_hashes": _admin_tokens(d),
+        "admin_host": str(d["adminHost"]) if d.get("adminHost") else None,
+        "admin_port": _int(admin_port, "adminPort", minimum=0) if admin_port is not None else None,
+        "activation_link_ttl_seconds": _int(
+            d.get("activationLinkTtlSeconds", 7 * 24 * 3600), "activationLinkTtlSeconds", minimum=60
+        ),
+        "catalog_poll_seconds": _seconds(d.get("catalogPollSeconds", 1.0), "catalogPollSeconds"),
+        "trusted_proxies": _trusted_proxies(d.get("trustedProxies")),
+    }
+
+
+def _trusted_proxies(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError("'trustedProxies' must be a list of proxy addresses or CIDRs, e.g. ['10.0.0.0/8']")
+    for entry in value:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ConfigError(f"'trustedProxies' entry {entry!r} is not an IP address or CIDR") from None
+    return tuple(value)
+
+
+def _seconds(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.05 <= value <= 3600:
+        raise ConfigError(f"'{key}' must be a number of seconds between 0.05 and 3600, not {value!r}")
+    return float(value)
 
 
 def load_config(path: str | Path) -> ServerConfig:
@@ -406,4 +480,4 @@ def load_config(path: str | Path) -> ServerConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"the config file {p} is not valid YAML: {exc}") from exc
-    return parse_config(data)
+    return parse_config(data, base=p.resolve().parent)

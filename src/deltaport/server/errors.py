@@ -1,15 +1,18 @@
-"""The only place exceptions become HTTP responses: always the protocol's JSON error body."""
+"""The only place exceptions become HTTP responses: the protocol's JSON error body
+``{"errorCode","message"}``, or under the admin API's prefix Unity Catalog's
+``{"error_code","message"}`` (what the Databricks SDK reads)."""
 
 from __future__ import annotations
 
 import logging
 
+import orjson
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from deltaport.errors import DeltaportError, StorageUnavailable, Unauthenticated, public_message
+from deltaport.errors import CatalogUnavailable, DeltaportError, StorageUnavailable, Unauthenticated, public_message
 from deltaport.protocol.lines import error_body
 
 log = logging.getLogger("deltaport.server")
@@ -26,13 +29,35 @@ _CODES = {
 }
 
 
+#: Paths under this prefix are the admin API: its errors take Unity Catalog's shape.
+ADMIN_PREFIX = "/api/2.1/unity-catalog"
+
+
 def json_error(
-    status: int, code: str, message: str, *, head: bool = False, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    *,
+    head: bool = False,
+    headers: dict[str, str] | None = None,
+    unity: bool = False,
 ) -> Response:
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="delta-sharing"'}
-    body = b"" if head else error_body(code, message)
+    if head:
+        body = b""
+    elif unity:
+        body = orjson.dumps({"error_code": code, "message": message})
+    else:
+        body = error_body(code, message)
     return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _error(request: Request, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    """The error response for ``request``, in the shape its route speaks."""
+    path = request.scope.get("root_path", "") + request.scope.get("path", "")
+    unity = path.startswith(ADMIN_PREFIX)
+    return json_error(status, code, message, head=request.method == "HEAD", headers=headers, unity=unity)
 
 
 async def deltaport_error(request: Request, exc: DeltaportError) -> Response:
@@ -40,21 +65,16 @@ async def deltaport_error(request: Request, exc: DeltaportError) -> Response:
     status = exc.http_status
     if isinstance(exc, Unauthenticated):
         status = 401
-    if isinstance(exc, StorageUnavailable):  # may pass: the client is told when to try again
-        log.warning("storage unavailable on %s %s: %s", request.method, request.url.path, exc.operator_message)
-        return json_error(
-            503,
-            exc.error_code,
-            public_message(exc),
-            head=request.method == "HEAD",
-            headers={"Retry-After": str(exc.retry_after_seconds)},
-        )
+    if isinstance(exc, (StorageUnavailable, CatalogUnavailable)):  # may pass: the client is told when to retry
+        log.warning("unavailable on %s %s: %s", request.method, request.url.path, exc.operator_message)
+        retry = {"Retry-After": str(exc.retry_after_seconds)}
+        return _error(request, 503, exc.error_code, public_message(exc), retry)
     if status >= 500:
         log.error("internal error on %s %s: %s", request.method, request.url.path, exc.operator_message)
-        return json_error(500, "INTERNAL_ERROR", "", head=request.method == "HEAD")
+        return _error(request, 500, "INTERNAL_ERROR", "")
     if exc.location or exc.detail:  # an error about a table's storage: the operator needs where and why
         log.warning("%s on %s %s: %s", exc.error_code, request.method, request.url.path, exc.operator_message)
-    return json_error(status, exc.error_code, public_message(exc), head=request.method == "HEAD")
+    return _error(request, status, exc.error_code, public_message(exc))
 
 
 async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -64,14 +84,14 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         message = f"no such endpoint: {request.method} {request.url.path}; see /docs for the API"
     elif exc.status_code == 405:
         message = f"method {request.method} is not allowed on {request.url.path}; see /docs for the API"
-    return json_error(exc.status_code, code, message, head=request.method == "HEAD")
+    return _error(request, exc.status_code, code, message)
 
 
 async def validation_error(request: Request, exc: RequestValidationError) -> Response:
     problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
-    return json_error(400, "INVALID_PARAMETER_VALUE", f"invalid request: {problems}")
+    return _error(request, 400, "INVALID_PARAMETER_VALUE", f"invalid request: {problems}")
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return json_error(500, "INTERNAL_ERROR", "", head=request.method == "HEAD")
+    return _error(request, 500, "INTERNAL_ERROR", "")

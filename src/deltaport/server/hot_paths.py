@@ -6,13 +6,15 @@ and dependency solving cost more than the answer. This middleware matches those 
 and calls the same handlers the routes call. It only takes requests it reads exactly as the routes
 would: GET, no root path, known query parameters each given once with a value, single-valued
 headers. Anything else, including every malformed request, goes on to the routes, whose answers
-(and errors) are the reference; tests compare the two paths.
+(and errors) are the reference; tests compare the two paths. A request it answers gets the scope's
+``route`` (the route it stands in for, when given) and ``path_params`` just as routing would set
+them, for the middleware outside it (metrics, audit).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
@@ -31,9 +33,10 @@ Call = tuple[Handler, tuple[str, ...], tuple[str, ...]]
 class HotTableCalls:
     """Pure ASGI middleware answering GET /version and /metadata of a table directly."""
 
-    def __init__(self, app, *, prefix: str, calls: dict[str, Call]) -> None:
+    def __init__(self, app, *, prefix: str, calls: dict[str, Call], routes: Mapping[str, object] | None = None) -> None:
         self.app = app
         self.calls = calls
+        self.routes = dict(routes or {})  # call name -> the route it stands in for
         self.pattern = re.compile(
             re.escape(prefix)
             + r"/shares/([^/]+)/schemas/([^/]+)/tables/([^/]+)/("
@@ -49,8 +52,12 @@ class HotTableCalls:
                 call = _read(scope, accepted, wanted)
                 if call is not None:
                     query, headers = call
+                    share, schema, table = match.group(1, 2, 3)
+                    if match.group(4) in self.routes:
+                        scope["route"] = self.routes[match.group(4)]
+                    scope["path_params"] = {"share": share, "schema": schema, "table": table}
                     try:
-                        response = await handler(*match.group(1, 2, 3), query, headers)
+                        response = await handler(share, schema, table, query, headers)
                     except DeltaportError as exc:
                         response = await errors.deltaport_error(Request(scope), exc)
                     return await response(scope, receive, send)

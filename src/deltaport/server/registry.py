@@ -61,39 +61,69 @@ def recipient_key(name: str) -> str:
     return hashlib.sha256(f"recipient\x00{name}".lower().encode()).hexdigest()[:16]
 
 
+def _opened_key(location: str, options: Mapping[str, Any]) -> tuple[str, str]:
+    return location, repr(sorted(options.items()))
+
+
 def _table_key(share: str, schema: str, table: str) -> str:
     return hashlib.sha256(f"{share}\x00{schema}\x00{table}".lower().encode()).hexdigest()[:24]
 
 
 class Registry:
-    def __init__(self, config: ServerConfig, codec: TokenCodec, *, open_store: StoreOpener = store_for) -> None:
+    """One catalog as served: names to tables, token digests to recipients. Immutable once built;
+    a new catalog is a new Registry (``previous`` hands over the tables already opened, so their
+    caches stay warm)."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        codec: TokenCodec,
+        *,
+        open_store: StoreOpener = store_for,
+        previous: Registry | None = None,
+    ) -> None:
         self.config = config
         self.codec = codec
         self._shares = {s.name.lower(): s for s in config.shares}
         self._tables: dict[tuple[str, str, str], SharedTable] = {}
         self._by_key: dict[str, SharedTable] = {}
+        opened = previous._opened() if previous is not None else {}
         for share in config.shares:
             for schema in share.schemas:
                 for table in schema.tables:
                     options = {**config.storage_options, **table.storage_options}
                     key = _table_key(share.name, schema.name, table.name)
                     shared = SharedTable(share, schema, table, key, options, open_store)
+                    shared._delta = opened.get(_opened_key(table.location, options))
                     self._tables[(share.name.lower(), schema.name.lower(), table.name.lower())] = shared
                     self._by_key[key] = shared
+        self._tokens = {t.digest: (r, t) for r in config.recipients for t in r.tokens}
+        self._principals = {recipient_key(p.name): p for p in self._known_principals()}
+
+    def _opened(self) -> dict[tuple[str, str], DeltaTable]:
+        return {
+            _opened_key(t.config.location, t.storage_options): t._delta
+            for t in self._tables.values()
+            if t._delta is not None
+        }
 
     # --- authentication ---------------------------------------------------------------------
+
+    def _known_principals(self) -> list[Principal]:
+        cfg = self.config
+        if not cfg.auth_enabled:
+            return [Principal("anonymous", None)]
+        known = [Principal("bearer", None)] if cfg.bearer_token_hash is not None else []
+        return known + [Principal(r.name, frozenset(r.shares)) for r in cfg.recipients]
 
     def principal_for_key(self, key: str) -> Principal | None:
         """The principal a file URL was issued to, by :func:`recipient_key`; None when it is no
         longer one this server knows."""
-        cfg = self.config
-        known = [Principal("anonymous", None)] if not cfg.auth_enabled else []
-        if cfg.auth_enabled and cfg.bearer_token_hash is not None:
-            known.append(Principal("bearer", None))
-        known += [Principal(r.name, frozenset(r.shares)) for r in cfg.recipients] if cfg.auth_enabled else []
-        return next((who for who in known if hmac.compare_digest(recipient_key(who.name), key)), None)
+        return self._principals.get(key)
 
     def authenticate(self, authorization: str | None, now_ms: int) -> Principal:
+        """The principal of a bearer token. Tokens are found by their SHA-256 digest (a lookup that
+        tells nothing about any token), then compared in constant time."""
         cfg = self.config
         if not cfg.auth_enabled:
             return Principal("anonymous", None)
@@ -103,17 +133,13 @@ class Registry:
                 "with the token from your recipient profile."
             )
         digest = hash_token(authorization[7:].strip())
-        found = None
-        for recipient in cfg.recipients:  # check every token, whatever matches, so timing tells nothing
-            for h in recipient.token_hashes:
-                if hmac.compare_digest(digest, h):
-                    found = recipient
-        bearer_ok = cfg.bearer_token_hash is not None and hmac.compare_digest(digest, cfg.bearer_token_hash)
-        if found is not None:
-            if found.expiration_ms is not None and found.expiration_ms <= now_ms:
+        found = self._tokens.get(digest)
+        if found is not None and hmac.compare_digest(digest, found[1].digest):
+            recipient, token = found
+            if token.expiration_ms is not None and token.expiration_ms <= now_ms:
                 raise Unauthenticated("The bearer token has expired: ask the data provider for a new profile.")
-            return Principal(found.name, frozenset(found.shares))
-        if bearer_ok:
+            return Principal(recipient.name, frozenset(recipient.shares))
+        if cfg.bearer_token_hash is not None and hmac.compare_digest(digest, cfg.bearer_token_hash):
             return Principal("bearer", None)
         raise Unauthenticated("The bearer token is not valid: check the token in your recipient profile.")
 

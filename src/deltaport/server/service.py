@@ -6,6 +6,7 @@ so a client error is always a 4xx JSON response; only signing happens while stre
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,11 +25,13 @@ from deltaport.protocol import lines
 from deltaport.protocol.capabilities import DELTA, HEADER, PARQUET, Capabilities
 from deltaport.protocol.hints import parse_json_predicate, parse_sql_predicates
 from deltaport.protocol.requests import ChangesRequest, QueryRequest, parse_max_results, parse_version_param
+from deltaport.server.access import RecipientAllowLists
 from deltaport.server.columnar_lines import ColumnarLines
-from deltaport.server.config import SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig
+from deltaport.server.config import RecipientConfig, SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig
 from deltaport.server.file_keys import KeyingPool
 from deltaport.server.freshness import LatestState
 from deltaport.server.registry import Principal, Registry, SharedTable, StoreOpener
+from deltaport.server.request_info import FilesServed, current_request
 from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.translate import FileLineMaker, choose_format, header_lines
 from deltaport.storage import store_for
@@ -37,13 +40,15 @@ from deltaport.storage import store_for
 @dataclass
 class Reply:
     """What an endpoint answers, with headers: JSON, a small complete NDJSON body (``content``),
-    or an NDJSON stream built while it is sent."""
+    or an NDJSON stream built while it is sent; ``served``: the data files it hands out (/query,
+    /changes), for the metrics and the audit log."""
 
     headers: dict[str, str] = field(default_factory=dict)
     json: Any = None
     content: bytes | None = None
     stream: Iterator[bytes | memoryview] | None = None
     status: int = 200
+    served: FilesServed | None = None
 
 
 #: (table, request base URL, recipient) -> the UrlSigner of the table's file URLs for that recipient
@@ -67,7 +72,11 @@ def _history_error(shared: SharedTable) -> InvalidParameter:
 
 
 def _share_item(share: ShareConfig) -> dict[str, Any]:
-    return {"name": share.name, **({"id": share.id} if share.id else {})}
+    return {
+        "name": share.name,
+        **({"id": share.id} if share.id else {}),
+        **({"comment": share.comment} if share.comment else {}),
+    }
 
 
 def _table_item(share: ShareConfig, schema: SchemaConfig, table: SharedTableConfig) -> dict[str, Any]:
@@ -122,9 +131,31 @@ class SharingService:
         self.registry = Registry(config, codec, open_store=open_store)
         self.signer_factory = signer_factory
         self.columnar = ColumnarLines(pool=keying)
+        self._open_store = open_store
+        self.ip_access = RecipientAllowLists()
+
+    def serve_catalog(self, shares: tuple[ShareConfig, ...], recipients: tuple[RecipientConfig, ...]) -> None:
+        """Serve these shares to these recipients from the next request on (tables already open
+        stay open, with their caches)."""
+        config = dataclasses.replace(self.config, shares=shares, recipients=recipients)
+        self.registry = Registry(config, self.codec, open_store=self._open_store, previous=self.registry)
+        self.config = config
 
     def principal(self, authorization: str | None) -> Principal:
-        return self.registry.authenticate(authorization, int(self.clock() * 1000))
+        """Who ``authorization`` authenticates as, admitted by :meth:`admit`."""
+        who = self.registry.authenticate(authorization, int(self.clock() * 1000))
+        self.admit(who)
+        return who
+
+    def admit(self, who: Principal) -> None:
+        """Note ``who`` on the request being served (request_info.py) and refuse it (PermissionDenied)
+        when its recipient's IP access list does not hold the request's client address. Called
+        for every protocol request and every download of a file this server serves; outside a
+        request the client address is unknown, which a non-empty list refuses."""
+        seen = current_request()
+        if seen is not None:
+            seen.principal = who.name
+        self.ip_access.check(self.registry.config, who.name, None if seen is None else seen.client_ip)
 
     # --- listing ----------------------------------------------------------------------------
 
@@ -326,7 +357,8 @@ class SharingService:
                 refresh_token=refresh, next_page_token=next_token, min_url_expiration_timestamp=maker.expiry.min_ms
             )
         headers = self._table_headers(snap.version, answer.caps, fmt, answer.id_hash)
-        return Reply(headers=headers, stream=_stream(head, files, tail, end_stream))
+        served = FilesServed(shared.share.name, len(indices), _declared_size(snap, indices))
+        return Reply(headers=headers, stream=_stream(head, files, tail, end_stream), served=served)
 
     def _query_snapshot(
         self, shared: SharedTable, req: QueryRequest, binding: TokenBinding, checksum: str
@@ -550,7 +582,10 @@ class SharingService:
                 next_page_token=next_token, min_url_expiration_timestamp=maker.expiry.min_ms
             )
         headers = self._table_headers(plan.start, answer.caps, plan.fmt, answer.id_hash)
-        return Reply(headers=headers, stream=_stream(head, _change_lines(entries, plan.fmt, maker), tail, end_stream))
+        actions = [action for _, _, action in entries if action is not None]
+        served = FilesServed(shared.share.name, len(actions), sum(int(a.get("size") or 0) for a in actions))
+        stream = _stream(head, _change_lines(entries, plan.fmt, maker), tail, end_stream)
+        return Reply(headers=headers, stream=stream, served=served)
 
 
 @dataclass(frozen=True)
@@ -616,6 +651,13 @@ def _change_lines(entries: list[ChangeEntry], fmt: str, maker: FileLineMaker) ->
         else:
             assert action is not None  # file entries carry their action
             yield maker.line(kind, action, version=change.version, timestamp=change.timestamp)
+
+
+def _declared_size(snap: Snapshot, indices: Any) -> int:
+    """The sum of the sizes the snapshot's files at ``indices`` declare."""
+    if not len(indices):
+        return 0
+    return int(pc.sum(pc.take(snap.live.column("size"), indices)).as_py() or 0)
 
 
 def _check_paths_inside(snap: Snapshot) -> None:
