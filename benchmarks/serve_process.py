@@ -43,26 +43,7 @@ class ServeProcess:
 
     def peak_rss_mb(self) -> float:
         """Peak RSS of the server process plus that of its child processes (keying workers)."""
-
-        def hwm(pid: int) -> float:
-            try:
-                with open(f"/proc/{pid}/status") as fh:
-                    for line in fh:
-                        if line.startswith("VmHWM:"):
-                            return int(line.split()[1]) / 1024
-            except OSError:
-                pass
-            return 0.0
-
-        children = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
-                        children.append(int(entry.name))
-                except (OSError, IndexError, ValueError):
-                    continue
-        return hwm(self.proc.pid) + sum(hwm(c) for c in children)
+        return sum(status_mb(pid, "VmHWM:") for pid in (self.proc.pid, *children(self.proc.pid)))
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -71,3 +52,28 @@ class ServeProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def status_mb(pid: int, key: str) -> float:
+    """A size line of /proc/PID/status (``VmRSS:``, ``VmHWM:``) in MB; 0 once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(key):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0

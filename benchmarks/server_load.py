@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from serve_process import ServeProcess, children, status_mb  # beside this script
+
 HERE = Path(__file__).resolve().parent
 ROUTES = ("version", "metadata", "query")
 WINDOW_SECONDS = 20  # RSS compared over the first and the last WINDOW_SECONDS of the run
@@ -164,29 +166,6 @@ def run_generator(args: argparse.Namespace) -> None:
 # --- the server and its memory ------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
-
-
-def _status_mb(pid: int, key: str) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith(key):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def _cpu_seconds(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -205,11 +184,11 @@ class MemorySampler(threading.Thread):
         self.stopped = threading.Event()
 
     def pids(self) -> list[int]:
-        return [self.pid, *_children(self.pid)]
+        return [self.pid, *children(self.pid)]
 
     def run(self) -> None:
         while not self.stopped.is_set():
-            self.samples.append((time.time(), sum(_status_mb(p, "VmRSS:") for p in self.pids())))
+            self.samples.append((time.time(), sum(status_mb(p, "VmRSS:") for p in self.pids())))
             self.stopped.wait(self.interval)
 
     def mean(self, start: float, end: float) -> float:
@@ -301,7 +280,6 @@ def main() -> None:
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     table = _table(work, args.files)
-    from serve_process import ServeProcess
 
     with tempfile.TemporaryDirectory() as cfg_dir:
         share = {"name": "b", "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}]}]}
@@ -358,7 +336,7 @@ def main() -> None:
         results = [json.loads(Path(f"{outs.name}/{k}.json").read_text()) for k in range(len(procs))]
         outs.cleanup()
         server_cpu = sum(_cpu_seconds(p) for p in sampler.pids()) - cpu0
-        peak = sum(_status_mb(p, "VmHWM:") for p in sampler.pids())
+        peak = sum(status_mb(p, "VmHWM:") for p in sampler.pids())
         sampler.stopped.set()
         ok = _report(args, results, sampler, start, server_cpu, peak)
     finally:

@@ -35,6 +35,29 @@ def moto():
     server.stop()
 
 
+def _local_and_remote(uri: str, options: dict) -> RunningServer:
+    """A server of share s, schema d: table ``remote`` at ``uri``, table ``local`` on local disk."""
+    config = {
+        "version": 1,
+        "storageOptions": options,
+        "shares": [
+            {
+                "name": "s",
+                "schemas": [
+                    {
+                        "name": "d",
+                        "tables": [
+                            {"name": "remote", "location": uri},
+                            {"name": "local", "location": str(TABLES / SOURCE)},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    return RunningServer(create_app(parse_config(config)))
+
+
 def _upload(moto: MotoServer) -> str:
     return moto.upload_dir("flaky", SOURCE, TABLES / SOURCE).replace("s3://", "s3a://")
 
@@ -47,27 +70,7 @@ def test_storage_down_is_503_other_tables_serve_and_it_recovers(moto, caplog):
         "timeout": "2s",
         "retry_config": {"max_retries": 1, "retry_timeout": dt.timedelta(seconds=2)},
     }
-    config = parse_config(
-        {
-            "version": 1,
-            "storageOptions": options,
-            "shares": [
-                {
-                    "name": "s",
-                    "schemas": [
-                        {
-                            "name": "d",
-                            "tables": [
-                                {"name": "remote", "location": uri},
-                                {"name": "local", "location": str(TABLES / SOURCE)},
-                            ],
-                        }
-                    ],
-                }
-            ],
-        }
-    )
-    server = RunningServer(create_app(config))
+    server = _local_and_remote(uri, options)
     try:
         with httpx.Client(base_url=server.url, timeout=60) as http:
             assert http.get(f"{T}/remote/version").status_code == 200
@@ -112,28 +115,6 @@ def test_missing_object_is_not_transient(moto):
 
 
 # --- Azure (Azurite) ------------------------------------------------------------------------
-
-
-def _local_and_remote(uri: str, options: dict) -> RunningServer:
-    config = {
-        "version": 1,
-        "storageOptions": options,
-        "shares": [
-            {
-                "name": "s",
-                "schemas": [
-                    {
-                        "name": "d",
-                        "tables": [
-                            {"name": "remote", "location": uri},
-                            {"name": "local", "location": str(TABLES / SOURCE)},
-                        ],
-                    }
-                ],
-            }
-        ],
-    }
-    return RunningServer(create_app(parse_config(config)))
 
 
 #: A store that does not answer is given up on within about 2 s (what an operator sets with

@@ -73,17 +73,22 @@ def w(running) -> WorkspaceClient:
     return WorkspaceClient(host=running.url, token=ADMIN, auth_type="pat")
 
 
-def _table_setup(w: WorkspaceClient, table: str = "basic_partitioned") -> str:
-    w.catalogs.create("main", storage_root=str(TABLES), comment="the corpus")
-    w.schemas.create("sales", "main")
+def _create_table(w: WorkspaceClient, name: str, location: str) -> None:
+    """An external Delta table main.sales.NAME at ``location``."""
     w.tables.create(
-        name="orders",
+        name=name,
         catalog_name="main",
         schema_name="sales",
         table_type=TableType.EXTERNAL,
         data_source_format=DataSourceFormat.DELTA,
-        storage_location=str(TABLES / table),
+        storage_location=location,
     )
+
+
+def _table_setup(w: WorkspaceClient, table: str = "basic_partitioned") -> str:
+    w.catalogs.create("main", storage_root=str(TABLES), comment="the corpus")
+    w.schemas.create("sales", "main")
+    _create_table(w, "orders", str(TABLES / table))
     return "main.sales.orders"
 
 
@@ -133,23 +138,9 @@ def test_tables_by_three_part_name_carry_their_delta_columns(w):
 def test_a_location_that_is_no_delta_table_or_outside_the_root_is_refused(w, tmp_path):
     _table_setup(w)
     with pytest.raises(InvalidParameterValue, match="not a readable Delta table"):
-        w.tables.create(
-            name="nothing",
-            catalog_name="main",
-            schema_name="sales",
-            table_type=TableType.EXTERNAL,
-            data_source_format=DataSourceFormat.DELTA,
-            storage_location=str(TABLES / "no-such-table"),
-        )
+        _create_table(w, "nothing", str(TABLES / "no-such-table"))
     with pytest.raises(InvalidParameterValue):
-        w.tables.create(
-            name="outside",
-            catalog_name="main",
-            schema_name="sales",
-            table_type=TableType.EXTERNAL,
-            data_source_format=DataSourceFormat.DELTA,
-            storage_location=str(tmp_path),
-        )
+        _create_table(w, "outside", str(tmp_path))
     with pytest.raises(ResourceAlreadyExists, match="(?i)catalog .main. already exists"):
         w.catalogs.create("MAIN")
 
@@ -248,14 +239,7 @@ def test_a_shared_schema_shares_its_future_tables(w, running):
     made = w.recipients.create("r", authentication_type=AuthenticationType.TOKEN)
     bearer = _activate(w, made.activation_url)
     _grant(w, "whole", "r")
-    w.tables.create(
-        name="later",
-        catalog_name="main",
-        schema_name="sales",
-        table_type=TableType.EXTERNAL,
-        data_source_format=DataSourceFormat.DELTA,
-        storage_location=str(TABLES / "cdf-table"),
-    )
+    _create_table(w, "later", str(TABLES / "cdf-table"))
     with _sharing(running, bearer) as recipient:
         tables = recipient.get("/shares/whole/all-tables").json()["items"]
         assert sorted(t["name"] for t in tables) == ["later", "orders"]
