@@ -311,7 +311,7 @@ def create_app(
     if catalog is None and config.catalog_url is not None:
         catalog = CatalogDB(config.catalog_url, activation_ttl_s=config.activation_link_ttl_seconds)
     if catalog is not None:
-        _serve_catalog(app, service, catalog, cache)
+        _serve_catalog(app, service, catalog, cache, store)
     observe(
         app,
         cache,
@@ -325,7 +325,9 @@ def create_app(
     return app
 
 
-def _serve_catalog(app: FastAPI, service: SharingService, catalog: CatalogDB, cache: SnapshotCache) -> None:
+def _serve_catalog(
+    app: FastAPI, service: SharingService, catalog: CatalogDB, cache: SnapshotCache, store: StoreOpener
+) -> None:
     """Serves the catalog database: loaded now, then kept in step by a feed (started with the app),
     administered through the admin API, activated through the public activation routes."""
     config = service.config
@@ -338,7 +340,7 @@ def _serve_catalog(app: FastAPI, service: SharingService, catalog: CatalogDB, ca
     app.state.catalog_feed = feed
 
     def describe_table(location: str):
-        return describe_delta_table(location, service.registry.config.storage_options, cache)
+        return describe_delta_table(location, config.storage_options, cache, store)
 
     def base(request: Request) -> str:
         return config.public_url or str(request.base_url).rstrip("/")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ from deltaport.catalog.store import CatalogDB, ServedCatalog
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.delta.schema import Schema
 from deltaport.errors import DeltaportError, InvalidParameter, StorageUnavailable, public_message
-from deltaport.storage import store_for
+from deltaport.server.registry import StoreOpener
 
 log = logging.getLogger("deltaport.server")
 
@@ -33,6 +34,7 @@ class CatalogFeed:
         self._poll_seconds = poll_seconds
         self._lock = threading.Lock()
         self._loaded = -1
+        self._last_start = -1  # time.monotonic_ns() when the newest load began reading
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -47,8 +49,14 @@ class CatalogFeed:
             self._thread.join(timeout=5)
 
     def reload_now(self) -> None:
-        """Serves the catalog as the database holds it now (after this server's own write)."""
+        """Serves the catalog as the database holds it now (after this server's own write). A load
+        that began reading after this call was made holds everything committed before it, so a
+        caller that waited for the lock behind such a load returns without loading again."""
+        asked = time.monotonic_ns()
         with self._lock:
+            if self._last_start > asked:
+                return
+            self._last_start = time.monotonic_ns()
             served = self._db.served()
             self._apply(served)
             self._loaded = served.revision
@@ -72,12 +80,12 @@ class CatalogFeed:
 
 
 def describe_delta_table(
-    location: str, storage_options: Mapping[str, Any], cache: SnapshotCache
+    location: str, storage_options: Mapping[str, Any], cache: SnapshotCache, open_store: StoreOpener
 ) -> tuple[Schema, list[str]]:
     """The schema and partition columns of the Delta table at ``location``, or a 400 saying why
     it cannot be read (a 503 when its storage may come back)."""
     try:
-        snapshot = DeltaTable(location, store=store_for(location, storage_options), cache=cache).snapshot()
+        snapshot = DeltaTable(location, store=open_store(location, storage_options), cache=cache).snapshot()
         return snapshot.schema, list(snapshot.partition_columns)
     except StorageUnavailable:
         raise

@@ -8,7 +8,6 @@ only the download button does. Neither the page nor any log holds the bearer tok
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Callable
 
@@ -16,6 +15,7 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import HTMLResponse, JSONResponse
 
+from deltaport.delta.history import format_ms
 from deltaport.errors import ResourceNotFound
 from deltaport.server.admin.parts import AdminParts
 
@@ -51,12 +51,13 @@ ACTIVATION_API = "/api/2.1/unity-catalog/public/data_sharing_activation"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
-def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return (
-        dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
+#: Where a recipient opens its activation link: the page that downloads the profile file.
+ACTIVATION_PAGE = "/delta_sharing/activate"
+
+
+def activation_url(base: str, activation_token: str) -> str:
+    """The link a recipient opens to download its profile: it ends with the activation token."""
+    return f"{base.rstrip('/')}{ACTIVATION_PAGE}/{activation_token}"
 
 
 def add_activation_routes(app: FastAPI, parts: AdminParts, sharing_endpoint: Callable[[Request], str]) -> None:
@@ -70,11 +71,11 @@ def add_activation_routes(app: FastAPI, parts: AdminParts, sharing_endpoint: Cal
             "shareCredentialsVersion": 1,
             "endpoint": sharing_endpoint(request),
             "bearerToken": bearer,
-            "expirationTime": _iso(expires),
+            "expirationTime": format_ms(expires) if expires is not None else None,
         }
         return JSONResponse({k: v for k, v in body.items() if v is not None}, headers=_NO_STORE)
 
-    @app.get("/delta_sharing/activate/{activation_token}", response_class=HTMLResponse)
+    @app.get(ACTIVATION_PAGE + "/{activation_token}", response_class=HTMLResponse)
     def activation_page(activation_token: str) -> HTMLResponse:
         if not _TOKEN.fullmatch(activation_token):
             raise ResourceNotFound("no such activation link: ask the data provider for a new one")

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from deltaport.catalog.model import RecipientInfo, SharedObject
 from deltaport.catalog.store import ObjectUpdate
 from deltaport.errors import ResourceNotFound
+from deltaport.server.admin.activation import activation_url
 from deltaport.server.admin.bodies import (
     CreateRecipient,
     CreateShare,
@@ -22,7 +23,6 @@ from deltaport.server.admin.bodies import (
 )
 from deltaport.server.admin.parts import AdminParts, with_token
 from deltaport.server.admin.wire import (
-    activation_url,
     recipient_grants_json,
     recipient_json,
     share_grants_json,

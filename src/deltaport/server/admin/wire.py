@@ -165,11 +165,6 @@ def share_json(s: ShareInfo, *, with_objects: bool = False) -> dict[str, Any]:
     )
 
 
-def activation_url(base: str, activation_token: str) -> str:
-    """The link a recipient opens to download its profile: it ends with the activation token."""
-    return f"{base.rstrip('/')}/delta_sharing/activate/{activation_token}"
-
-
 def _token_json(t: RecipientToken, link: str | None) -> dict[str, Any]:
     return _present(
         {
