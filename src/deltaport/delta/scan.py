@@ -173,13 +173,16 @@ def file_columns(snapshot: Snapshot, columns: set[str]) -> FileColumns:
     return FileColumns(n, types, pv, mins, maxs, nulls, num_records)
 
 
-def scan(snapshot: Snapshot, predicate: Expr | None = None, limit: int | None = None) -> ScanResult:
-    """The files of ``snapshot`` that could hold rows matching ``predicate``, up to ``limit`` rows."""
+def scan(
+    snapshot: Snapshot, predicate: Expr | None = None, limit: int | None = None, *, within: np.ndarray | None = None
+) -> ScanResult:
+    """The files of ``snapshot`` that could hold rows matching ``predicate``, up to ``limit`` rows;
+    only files ``within`` marks (a bool per live file) when it is given, the limit counted over them."""
     n = snapshot.num_files
-    keep = np.ones(n, dtype=bool)
+    keep = np.ones(n, dtype=bool) if within is None else within.astype(bool, copy=True)
     if predicate is not None and n:
         cols = file_columns(snapshot, columns_of(predicate))
-        keep = np.asarray(prune_mask(predicate, cols), dtype=bool)
+        keep &= np.asarray(prune_mask(predicate, cols), dtype=bool)
     indices = np.flatnonzero(keep).astype(np.int64)
     if limit is not None and len(indices):
         indices = indices[: _files_for_limit(snapshot, indices, max(limit, 0))]

@@ -15,7 +15,15 @@ from typing import Any
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.errors import InvalidParameter, ResourceNotFound, Unauthenticated
-from deltaport.server.config import SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig, hash_token
+from deltaport.server.config import (
+    RecipientConfig,
+    SchemaConfig,
+    ServerConfig,
+    ShareConfig,
+    SharedTableConfig,
+    hash_token,
+)
+from deltaport.server.slices import Slice, slice_for
 from deltaport.server.tokens import LIST_TOKEN_ERROR, TokenBinding, TokenCodec
 from deltaport.storage import ObjectStore, store_for
 
@@ -24,6 +32,7 @@ from deltaport.storage import ObjectStore, store_for
 class Principal:
     name: str
     shares: frozenset[str] | None  # lower-cased share names; None = every share
+    properties: Mapping[str, str] = field(default_factory=dict, compare=False)  # for partition slices
 
     def may_see(self, share: str) -> bool:
         return self.shares is None or share.lower() in self.shares
@@ -48,12 +57,20 @@ class SharedTable:
     def full_name(self) -> str:
         return f"{self.share.name}.{self.schema.name}.{self.config.name}"
 
+    def slice(self, who: Principal) -> Slice | None:
+        """The part of this table ``who`` may read; None: all of it."""
+        return slice_for(self.config.partitions, who.properties)
+
     def delta(self, cache: SnapshotCache) -> DeltaTable:
         with self._lock:
             if self._delta is None:
                 store = self.open_store(self.config.location, self.storage_options)
                 self._delta = DeltaTable(self.config.location, store=store, cache=cache)
             return self._delta
+
+
+def _principal(recipient: RecipientConfig) -> Principal:
+    return Principal(recipient.name, frozenset(recipient.shares), recipient.properties)
 
 
 def recipient_key(name: str) -> str:
@@ -114,7 +131,7 @@ class Registry:
         if not cfg.auth_enabled:
             return [Principal("anonymous", None)]
         known = [Principal("bearer", None)] if cfg.bearer_token_hash is not None else []
-        return known + [Principal(r.name, frozenset(r.shares)) for r in cfg.recipients]
+        return known + [_principal(r) for r in cfg.recipients]
 
     def principal_for_key(self, key: str) -> Principal | None:
         """The principal a file URL was issued to, by :func:`recipient_key`; None when it is no
@@ -138,7 +155,7 @@ class Registry:
             recipient, token = found
             if token.expiration_ms is not None and token.expiration_ms <= now_ms:
                 raise Unauthenticated("The bearer token has expired: ask the data provider for a new profile.")
-            return Principal(recipient.name, frozenset(recipient.shares))
+            return _principal(recipient)
         if cfg.bearer_token_hash is not None and hmac.compare_digest(digest, cfg.bearer_token_hash):
             return Principal("bearer", None)
         raise Unauthenticated("The bearer token is not valid: check the token in your recipient profile.")

@@ -7,6 +7,7 @@ so a client error is always a 4xx JSON response; only signing happens while stre
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from deltaport.server.file_keys import KeyingPool
 from deltaport.server.freshness import LatestState
 from deltaport.server.registry import Principal, Registry, SharedTable, StoreOpener
 from deltaport.server.request_info import FilesServed, current_request
+from deltaport.server.slices import Slice
 from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.translate import FileLineMaker, choose_format, header_lines
 from deltaport.storage import store_for
@@ -112,6 +114,13 @@ def _timestamp_ms(value: str, name: str) -> int:
         ) from None
 
 
+class _Unchanged:
+    """A parameter not given: the value stays as it is."""
+
+
+UNCHANGED = _Unchanged()
+
+
 class SharingService:
     def __init__(
         self,
@@ -134,10 +143,17 @@ class SharingService:
         self._open_store = open_store
         self.ip_access = RecipientAllowLists()
 
-    def serve_catalog(self, shares: tuple[ShareConfig, ...], recipients: tuple[RecipientConfig, ...]) -> None:
-        """Serve these shares to these recipients from the next request on (tables already open
-        stay open, with their caches)."""
-        config = dataclasses.replace(self.config, shares=shares, recipients=recipients)
+    def serve_catalog(
+        self,
+        shares: tuple[ShareConfig, ...],
+        recipients: tuple[RecipientConfig, ...],
+        *,
+        bearer_token_hash: bytes | None | _Unchanged = UNCHANGED,
+    ) -> None:
+        """Serve these shares to these recipients (and, when given, this global bearer token) from
+        the next request on (tables already open stay open, with their caches)."""
+        bearer = self.config.bearer_token_hash if isinstance(bearer_token_hash, _Unchanged) else bearer_token_hash
+        config = dataclasses.replace(self.config, shares=shares, recipients=recipients, bearer_token_hash=bearer)
         self.registry = Registry(config, self.codec, open_store=self._open_store, previous=self.registry)
         self.config = config
 
@@ -252,7 +268,8 @@ class SharingService:
             raise InvalidParameter("Please only provide one of: version,timestamp")
         shared = self.registry.table(who, share, schema, table)
         snap = self._snapshot(shared, asked_version, timestamp)
-        return self._metadata_reply(shared, snap, caps, time_travel=asked_version is not None or timestamp is not None)
+        time_travel = asked_version is not None or timestamp is not None
+        return self._metadata_reply(shared, snap, caps, time_travel=time_travel, whole=shared.slice(who) is None)
 
     async def latest_metadata(
         self, who: Principal, share: str, schema: str, table: str, capabilities: str | None, latest: LatestState
@@ -262,17 +279,20 @@ class SharingService:
         shared = self.registry.table(who, share, schema, table)
         snap = await latest.snapshot(self._delta(shared))
         self._check_start_version(shared, snap.version)
-        return self._metadata_reply(shared, snap, caps, time_travel=False)
+        return self._metadata_reply(shared, snap, caps, time_travel=False, whole=shared.slice(who) is None)
 
-    def _metadata_reply(self, shared: SharedTable, snap: Snapshot, caps: Capabilities, *, time_travel: bool) -> Reply:
+    def _metadata_reply(
+        self, shared: SharedTable, snap: Snapshot, caps: Capabilities, *, time_travel: bool, whole: bool
+    ) -> Reply:
+        """The metadata; the table's size and file count only to a recipient who may read all of it."""
         fmt = choose_format(caps, snap.config)
         body = header_lines(
             snap.config,
             fmt,
             history_shared=shared.config.history_shared,
             version=snap.version if time_travel else None,
-            size=snap.size_in_bytes,
-            num_files=snap.num_files,
+            size=snap.size_in_bytes if whole else None,
+            num_files=snap.num_files if whole else None,
         )
         return Reply(headers=self._table_headers(snap.version, caps, fmt, None), content=b"".join(body))
 
@@ -330,7 +350,9 @@ class SharingService:
         snap, start = self._query_snapshot(shared, req, binding, checksum)
         fmt = choose_format(answer.caps, snap.config)
         _check_paths_inside(snap)
-        indices = scan(snap, self._predicate(req), req.limit_hint).indices
+        part = shared.slice(who)
+        within = part.mask_of_struct(snap.config, snap.live.column("partitionValues")) if part is not None else None
+        indices = scan(snap, self._predicate(req), req.limit_hint, within=within).indices
         page_size = self._page_size(req.max_files, paged=bool(req.max_files or req.page_token))
         next_token = None
         if page_size is not None:
@@ -346,8 +368,8 @@ class SharingService:
             fmt,
             history_shared=shared.config.history_shared,
             version=version,
-            size=snap.size_in_bytes,
-            num_files=snap.num_files,
+            size=snap.size_in_bytes if part is None else None,  # a slice's recipient learns nothing of the rest
+            num_files=snap.num_files if part is None else None,
         )
         maker = self._line_maker(shared, answer, fmt, snap.table_uri)
         files = maker.snapshot_lines(snap, indices, version=version)
@@ -479,7 +501,10 @@ class SharingService:
             head_version=start,
             protocol_version=start if protocols else None,
             fmt=fmt,
-            entries=_change_entries(changes, start, CommitChanges.data_changes, protocols=protocols, metadata=True),
+            entries=_in_slice(
+                _change_entries(changes, start, CommitChanges.data_changes, protocols=protocols, metadata=True),
+                shared.slice(who),
+            ),
             begin=begin,
             pinned=pinned,
             checksum=checksum,
@@ -513,7 +538,10 @@ class SharingService:
         head_config = start_config if historical else delta_table.config_at(pinned[1])
         fmt = choose_format(answer.caps, head_config)
         protocols = req.include_historical_protocol and fmt == DELTA
-        entries = _change_entries(changes, start, CommitChanges.change_feed, protocols=protocols, metadata=historical)
+        entries = _in_slice(
+            _change_entries(changes, start, CommitChanges.change_feed, protocols=protocols, metadata=historical),
+            shared.slice(who),
+        )
         plan = _ChangePlan(
             start=start,
             head_config=head_config,
@@ -640,6 +668,20 @@ def _change_entries(
             entries.append(("metaData", change, None))
         entries.extend((kind, change, action) for kind, action in file_actions(change))
     return entries
+
+
+def _in_slice(entries: list[ChangeEntry], part: Slice | None) -> list[ChangeEntry]:
+    """``entries`` without the file actions outside the recipient's slice (each commit's files
+    judged by the table as that commit left it)."""
+    if part is None:
+        return entries
+    kept: list[ChangeEntry] = []
+    for _, commit in itertools.groupby(entries, key=lambda entry: entry[1].version):
+        group = list(commit)
+        actions = [action for _, _, action in group if action is not None]
+        inside = iter(part.mask_of_actions(group[0][1].config, actions).tolist())
+        kept.extend(entry for entry in group if entry[2] is None or next(inside))
+    return kept
 
 
 def _change_lines(entries: list[ChangeEntry], fmt: str, maker: FileLineMaker) -> Iterator[bytes]:
