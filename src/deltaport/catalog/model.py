@@ -150,7 +150,7 @@ class AuditEvent:
 
     time: int
     request_id: str
-    principal: str  # recipient name, "admin:<name>" or "anonymous"
+    principal: str  # recipient name, "admin", "anonymous" or "unauthenticated"
     action: str  # e.g. "queryTable", "createShare", "activate", "downloadFile"
     status: int
     client_ip: str | None = None

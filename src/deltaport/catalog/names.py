@@ -2,9 +2,11 @@
 
 One rule, used by the YAML config (server.config, which raises its ConfigError) and the catalog
 database (catalog.store, which raises InvalidParameter): a name is a non-empty string of at most
-255 characters with no whitespace, no '/' and no control character; where it is one part of a
-dotted name ("catalog.schema.table", "schema.table") it has no '.' either. Names keep the spelling
-the provider gave and are matched without regard to case (:func:`name_key`).
+255 characters, lower-cased too (some characters grow when lower-cased: 'İ' becomes two), with no
+whitespace, no '/', no control character and no unpaired surrogate (which no database can store);
+where it is one part of a dotted name ("catalog.schema.table", "schema.table") it has no '.'
+either. Names keep the spelling the provider gave and are matched without regard to case
+(:func:`name_key`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from deltaport.errors import InvalidParameter
 __all__ = ["MAX_NAME_LENGTH", "check_name", "name_key", "split_name"]
 
 MAX_NAME_LENGTH = 255
-_FORBIDDEN = re.compile(r"[\s/\x00-\x1f\x7f]")
+_FORBIDDEN = re.compile(r"[\s/\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def check_name(
@@ -33,11 +35,12 @@ def check_name(
         raise error(f"the name of a {what} must be a string, not {name!r}")
     if not name:
         raise error(f"the name of a {what} must not be empty")
-    if len(name) > MAX_NAME_LENGTH or _FORBIDDEN.search(name) or (not allow_dot and "." in name):
+    too_long = len(name) > MAX_NAME_LENGTH or len(name_key(name)) > MAX_NAME_LENGTH
+    if too_long or _FORBIDDEN.search(name) or (not allow_dot and "." in name):
         extra = "" if allow_dot else ", or '.'"
         raise error(
-            f"{what} name {name!r} is invalid: at most {MAX_NAME_LENGTH} characters, no spaces, '/', "
-            f"or control characters{extra}"
+            f"{what} name {name!r} is invalid: at most {MAX_NAME_LENGTH} characters (lower-cased too), no "
+            f"unpaired surrogates, no spaces, '/', or control characters{extra}"
         )
     return name
 

@@ -13,8 +13,10 @@ Invariants every method keeps:
   name ends with one object and an AlreadyExists, never half of each;
 - secrets (bearer and activation tokens) are returned once and stored only as SHA-256 digests;
   no message or log line holds a token, a digest or the database password;
-- a database that cannot be reached, or that fails mid-call, is CatalogUnavailable (503); the
-  next call tries again on fresh connections, so nothing needs reopening once it is back.
+- a database that cannot be reached, or that fails mid-call, is CatalogUnavailable (503), whose
+  message never says which database (that is for the operator's log); the next call tries again
+  on fresh connections, so nothing needs reopening once it is back;
+- a value the database cannot store is InvalidParameter (400), never an unexpected error.
 """
 
 from __future__ import annotations
@@ -25,7 +27,16 @@ from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import (
+    DatabaseError,
+    DataError,
+    DBAPIError,
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    NotSupportedError,
+    ProgrammingError,
+)
 
 from deltaport.catalog import db, store_audit, store_catalog, store_recipients, store_served, store_shares
 from deltaport.catalog.model import AuditEvent, CatalogInfo, Grant, RecipientInfo, SchemaInfo, ShareInfo, TableInfo
@@ -81,13 +92,26 @@ class CatalogDB:
 
     @contextmanager
     def _unavailable_as_503(self) -> Iterator[None]:
+        """A database that cannot be used (unreachable, gone, or not a database any more) is
+        CatalogUnavailable; which database it is goes to the operator only (``detail``), never to a
+        client. A value the database refuses to store (a number beyond 64 bits, text it cannot
+        hold, a string too long) is the caller's mistake: a 400, whatever the checks before it
+        missed. A violated constraint or a bad statement is this code's bug, and left as it is."""
         try:
             yield
-        except (OperationalError, InterfaceError, DisconnectionError) as exc:
-            raise CatalogUnavailable(
-                f"the catalog database {self.url_for_display} cannot be used right now: check that it is "
-                "running and reachable; calls succeed again once it is",
+        except (DataError, OverflowError, UnicodeEncodeError) as exc:
+            raise InvalidParameter(
+                "the catalog database cannot store a value of this call (a number beyond 64 bits, a NUL "
+                "character or unpaired surrogate in text, or a string too long): correct it and retry",
                 detail=_driver_text(exc),
+            ) from None
+        except (DatabaseError, InterfaceError, DisconnectionError) as exc:
+            if isinstance(exc, (IntegrityError, ProgrammingError, NotSupportedError)):
+                raise
+            raise CatalogUnavailable(
+                "the catalog database cannot be used right now: check that it is running and reachable; "
+                "calls succeed again once it is",
+                detail=f"{self.url_for_display}: {_driver_text(exc)}",
             ) from None
 
     def _now_ms(self) -> int:
@@ -179,8 +203,9 @@ class CatalogDB:
         comment: str | None = None,
         table_type: str = "EXTERNAL",
         data_source_format: str = "DELTA",
+        table_id: str | None = None,
     ) -> TableInfo:
-        """A new EXTERNAL Delta table (``table_id`` a new uuid4). Its location must be an absolute
+        """A new EXTERNAL Delta table (``table_id`` as given, else a new uuid4). Its location must be an absolute
         path or URL without '..', under the catalog's storage root if it has one, and no other
         table's. Whether a Delta table is there is the caller's to check."""
         with self._write() as tx:
@@ -193,6 +218,24 @@ class CatalogDB:
                 comment=comment,
                 table_type=table_type,
                 data_source_format=data_source_format,
+                table_id=table_id,
+            )
+
+    def check_new_table(
+        self,
+        catalog_name: str,
+        schema_name: str,
+        name: str,
+        storage_location: str,
+        *,
+        table_type: str = "EXTERNAL",
+        data_source_format: str = "DELTA",
+    ) -> None:
+        """Refuses (as :meth:`create_table` would) a table that cannot be created as given, without
+        creating it: for a caller that must read the location only once it is known to be allowed."""
+        with self._read() as tx:
+            store_catalog.check_new_table(
+                tx, catalog_name, schema_name, name, storage_location, table_type, data_source_format
             )
 
     def get_table(self, full_name: str) -> TableInfo:
@@ -215,9 +258,10 @@ class CatalogDB:
 
     # --- shares -----------------------------------------------------------------------------------
 
-    def create_share(self, name: str, *, comment: str | None = None) -> ShareInfo:
+    def create_share(self, name: str, *, comment: str | None = None, share_id: str | None = None) -> ShareInfo:
+        """A new share; ``share_id`` keeps the id it had elsewhere (default: a new uuid4)."""
         with self._write() as tx:
-            return store_shares.create_share(tx, name, comment)
+            return store_shares.create_share(tx, name, comment, share_id)
 
     def get_share(self, name: str, *, include_objects: bool = False) -> ShareInfo:
         with self._read() as tx:
@@ -259,7 +303,7 @@ class CatalogDB:
     ) -> tuple[RecipientInfo, str]:
         """A new recipient (TOKEN authentication only) and the activation token of its first token."""
         with self._write() as tx:
-            return store_recipients.create_recipient(
+            made, activation = store_recipients.create_recipient(
                 tx,
                 name,
                 comment=comment,
@@ -269,6 +313,32 @@ class CatalogDB:
                 properties=properties,
                 activation_ttl_ms=self._activation_ttl_ms,
             )
+        assert activation is not None  # a new recipient's first token waits for its link
+        return made, activation
+
+    def import_recipient(
+        self,
+        name: str,
+        token_digests: Sequence[bytes],
+        *,
+        expiration_time: int | None = None,
+        allowed_ip_addresses: Iterable[str] = (),
+    ) -> RecipientInfo:
+        """A recipient whose bearer tokens exist already, known by their SHA-256 digests (as a
+        server config holds them): they work as they are, with no activation link."""
+        with self._write() as tx:
+            made, _ = store_recipients.create_recipient(
+                tx,
+                name,
+                comment=None,
+                authentication_type="TOKEN",
+                expiration_time=expiration_time,
+                allowed_ip_addresses=allowed_ip_addresses,
+                properties=None,
+                activation_ttl_ms=self._activation_ttl_ms,
+                token_digests=token_digests,
+            )
+        return made
 
     def get_recipient(self, name: str) -> RecipientInfo:
         with self._read() as tx:

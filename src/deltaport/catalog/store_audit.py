@@ -7,6 +7,7 @@ URLs and credentials out of an event is the caller's duty (see :class:`AuditEven
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,8 @@ MAX_LIMIT = 10_000
 
 
 def _row(event: AuditEvent) -> dict[str, Any]:
+    """The event's column values; ``detail`` as JSON text (a value JSON cannot hold kept as its
+    text, never failing the write)."""
     return dict(
         time=event.time,
         request_id=event.request_id,
@@ -41,8 +44,7 @@ def _row(event: AuditEvent) -> dict[str, Any]:
         files=event.files,
         bytes=event.bytes,
         duration_ms=event.duration_ms,
-        # JSON as stored: a value JSON cannot hold is kept as its text, never failing the write
-        detail=json.loads(json.dumps(dict(event.detail), default=str)),
+        detail=json.dumps(dict(event.detail), default=str) if event.detail else "{}",
     )
 
 
@@ -66,10 +68,28 @@ def _event(row: Row[Any]) -> AuditEvent:
     )
 
 
+_COLUMNS = [c.name for c in _A.columns if c.name != "id"]
+
+
+@functools.lru_cache(maxsize=4)
+def _insert(dialect: sa.Dialect) -> tuple[str, list[str] | None]:
+    """The INSERT of one event in ``dialect``'s own SQL and parameter style (column order for
+    positional styles, None for named ones)."""
+    compiled = sa.insert(_A).inline().compile(dialect=dialect, column_keys=_COLUMNS)
+    return compiled.string, list(compiled.positiontup) if compiled.positiontup else None
+
+
 def add_audit_events(tx: Tx, events: Sequence[AuditEvent]) -> None:
-    """All of ``events`` in one statement."""
-    if events:
-        tx.conn.execute(sa.insert(_A), [_row(event) for event in events])
+    """All of ``events`` in one executemany, straight to the database driver: a busy server writes
+    one event per request, and the ORM-level statement cost three times as much per row."""
+    if not events:
+        return
+    sql, order = _insert(tx.conn.dialect)
+    rows = [_row(event) for event in events]
+    if order is not None:
+        tx.conn.exec_driver_sql(sql, [tuple(row[k] for k in order) for row in rows])
+    else:
+        tx.conn.exec_driver_sql(sql, rows)
 
 
 def audit_events(

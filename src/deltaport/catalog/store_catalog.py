@@ -8,6 +8,7 @@ AlreadyExists when a name (compared without regard to case at its level) or a lo
 from __future__ import annotations
 
 import posixpath
+import re
 import uuid
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -23,6 +24,11 @@ from deltaport.catalog.store_types import Tx
 from deltaport.errors import AlreadyExists, InvalidParameter
 
 _C, _S, _T = db.catalogs, db.catalog_schemas, db.catalog_tables
+#: What no location may hold: control characters, and unpaired surrogates (no file system, URL or
+#: database takes them).
+_UNSTORABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+_MAX_SEGMENT_BYTES = 255
+_MAX_PATH_BYTES = 4095
 
 # --- locations ----------------------------------------------------------------------------------
 
@@ -31,29 +37,56 @@ def location_key(location: object, what: str = "storage location") -> str:
     """The form two locations are compared in: ``file:///a/b`` for an absolute local path or a
     ``file:`` URL (percent-decoding undone), ``scheme://authority/a/b`` for any other URL; empty and
     '.' segments and a trailing '/' dropped. A '..' segment anywhere, a relative path, a query or a
-    fragment is InvalidParameter: a location must name one place without resolving anything."""
+    fragment is InvalidParameter: a location must name one place without resolving anything. So are
+    a control character or unpaired surrogate anywhere, and a local path no file system holds (a
+    segment over 255 bytes, or over 4095 bytes in all)."""
     if not isinstance(location, str) or not location.strip():
-        raise InvalidParameter(f"{what} must be an absolute path or a URL such as s3://bucket/path, not {location!r}")
+        raise InvalidParameter(
+            f"{what} must be an absolute path or a URL such as s3://<bucket>/<path>, not {location!r}"
+        )
+    unstorable = InvalidParameter(
+        f"{what} {location!r} holds a control character or an unpaired surrogate: give the location as plain text"
+    )
+    if _UNSTORABLE.search(location):
+        raise unstorable
     if location.startswith("/"):
         prefix, path = "file://", location
     else:
-        parts = urlsplit(location)
+        try:
+            parts = urlsplit(location)
+        except ValueError:  # e.g. an unclosed '[' of an IPv6 address
+            raise InvalidParameter(
+                f"{what} {location!r} is not a valid URL: write it as <scheme>://<authority>/<path>"
+            ) from None
         scheme = parts.scheme.lower()
         if len(scheme) < 2:
-            raise InvalidParameter(f"{what} {location!r} must be an absolute path or a URL such as s3://bucket/path")
+            raise InvalidParameter(
+                f"{what} {location!r} must be an absolute path or a URL such as s3://<bucket>/<path>"
+            )
         if parts.query or parts.fragment:
             raise InvalidParameter(f"{what} {location!r} must not have a query ('?') or fragment ('#'): remove it")
         if scheme == "file":
             if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-                raise InvalidParameter(f"{what} {location!r} must be a local file URL: file:///absolute/path")
+                raise InvalidParameter(
+                    f"{what} {location!r} must be a local file URL: 'file://' and an absolute path, no host"
+                )
             prefix, path = "file://", unquote(parts.path)
         else:
             if not parts.netloc:
-                raise InvalidParameter(f"{what} {location!r} needs an authority: write {scheme}://bucket/path")
+                raise InvalidParameter(f"{what} {location!r} needs an authority: write {scheme}://<bucket>/<path>")
             prefix, path = f"{scheme}://{parts.netloc}", parts.path
+    if _UNSTORABLE.search(unquote(path)):
+        raise unstorable
     if ".." in path.split("/") or ".." in unquote(path).split("/"):
         raise InvalidParameter(f"{what} {location!r} must not contain a '..' segment: give the location itself")
     segments = [s for s in path.split("/") if s not in ("", ".")]
+    if prefix == "file://" and (
+        len(path.encode()) > _MAX_PATH_BYTES or any(len(s.encode()) > _MAX_SEGMENT_BYTES for s in segments)
+    ):
+        raise InvalidParameter(
+            f"{what} is too long for a local path: at most {_MAX_SEGMENT_BYTES} bytes per folder name and "
+            f"{_MAX_PATH_BYTES} in all"
+        )
     return prefix + posixpath.join("/", *segments)
 
 
@@ -289,33 +322,50 @@ def create_table(
     comment: str | None,
     table_type: str,
     data_source_format: str,
+    table_id: str | None = None,
 ) -> TableInfo:
-    """A new EXTERNAL Delta table with a new uuid4 ``table_id``. Whether the location holds a
-    readable Delta table is for the caller to check."""
-    catalog, schema = schema_row(tx, catalog_name, schema_name)
-    check_name(name, "table", allow_dot=False)
-    kind, fmt = _check_table_kind(table_type, data_source_format)
-    full_name = f"{catalog.name}.{schema.name}.{name}"
-    conflict = f"table '{full_name}' already exists: choose another name, or delete it first"
-    taken = sa.select(_T.c.id).where(_T.c.schema_id == schema.id, _T.c.name_lc == name_key(name))
-    if tx.conn.execute(taken).first() is not None:
-        raise AlreadyExists(conflict)
-    key = _check_location(tx, catalog, full_name, storage_location)
+    """A new EXTERNAL Delta table with ``table_id`` (default: a new uuid4). Whether the location holds a
+    readable Delta table is for the caller to check (after :func:`check_new_table`)."""
+    schema_id, full_name, key = check_new_table(
+        tx, catalog_name, schema_name, name, storage_location, table_type, data_source_format
+    )
     values = dict(
-        schema_id=schema.id,
+        schema_id=schema_id,
         name=name,
         name_lc=name_key(name),
-        table_id=str(uuid.uuid4()),
+        table_id=table_id or str(uuid.uuid4()),
         storage_location=storage_location,
         location_key=key,
         comment=comment,
-        table_type=kind,
-        data_source_format=fmt,
+        table_type="EXTERNAL",
+        data_source_format="DELTA",
         created_at=tx.now_ms,
         updated_at=tx.now_ms,
     )
     insert_row(tx, _T, values, f"table '{full_name}' or another table at its location exists already: check both")
     return get_table(tx, full_name)
+
+
+def check_new_table(
+    tx: Tx,
+    catalog_name: str,
+    schema_name: str,
+    name: str,
+    storage_location: str,
+    table_type: str = "EXTERNAL",
+    data_source_format: str = "DELTA",
+) -> tuple[int, str, str]:
+    """(schema id, full name, location key) of a table that may be created as given: its schema
+    exists, its name is valid and free, it is an EXTERNAL Delta table, and its location follows the
+    rules (see :func:`_check_location`). Run before anything reads the location."""
+    catalog, schema = schema_row(tx, catalog_name, schema_name)
+    check_name(name, "table", allow_dot=False)
+    _check_table_kind(table_type, data_source_format)
+    full_name = f"{catalog.name}.{schema.name}.{name}"
+    taken = sa.select(_T.c.id).where(_T.c.schema_id == schema.id, _T.c.name_lc == name_key(name))
+    if tx.conn.execute(taken).first() is not None:
+        raise AlreadyExists(f"table '{full_name}' already exists: choose another name, or delete it first")
+    return schema.id, full_name, _check_location(tx, catalog, full_name, storage_location)
 
 
 def get_table(tx: Tx, full_name: str) -> TableInfo:

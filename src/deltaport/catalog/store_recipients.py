@@ -25,7 +25,7 @@ from sqlalchemy.engine import Row
 from deltaport.catalog import db
 from deltaport.catalog.model import RecipientInfo, RecipientToken
 from deltaport.catalog.names import check_name, name_key
-from deltaport.catalog.store_sql import insert_row, one_row, write_unique
+from deltaport.catalog.store_sql import BIGINT_MAX, insert_row, one_row, write_unique
 from deltaport.catalog.store_types import Tx
 from deltaport.errors import AlreadyExists, InvalidParameter, PermissionDenied, ResourceNotFound
 
@@ -51,6 +51,8 @@ def _check_expiration(tx: Tx, who: str, expiration_time: object) -> int | None:
         )
     if expiration_time <= tx.now_ms:
         raise InvalidParameter(f"expiration_time of recipient '{who}' is in the past: give a future time (epoch ms)")
+    if expiration_time > BIGINT_MAX:
+        raise InvalidParameter(f"expiration_time of recipient '{who}' is beyond {BIGINT_MAX}: give epoch milliseconds")
     return expiration_time
 
 
@@ -161,8 +163,11 @@ def create_recipient(
     allowed_ip_addresses: Iterable[str],
     properties: Mapping[str, str] | None,
     activation_ttl_ms: int,
-) -> tuple[RecipientInfo, str]:
-    """A new TOKEN recipient with one pending token; returns it and that token's activation token."""
+    token_digests: Iterable[bytes] | None = None,
+) -> tuple[RecipientInfo, str | None]:
+    """A new TOKEN recipient with one pending token; returns it and that token's activation token.
+    With ``token_digests`` (bearer tokens known only by their SHA-256 digests, as a config file
+    holds them) it gets those tokens, activated, instead, and no link (None)."""
     check_name(name, "recipient", allow_dot=True)
     if not isinstance(authentication_type, str) or authentication_type.upper() != "TOKEN":
         raise InvalidParameter(f"authentication_type {authentication_type!r} is not supported: use TOKEN")
@@ -183,8 +188,26 @@ def create_recipient(
         updated_at=tx.now_ms,
     )
     ref = insert_row(tx, _R, values, conflict)
-    activation = _add_pending_token(tx, ref, expires, activation_ttl_ms)
-    return get_recipient(tx, name), activation
+    if token_digests is None:
+        activation = _add_pending_token(tx, ref, expires, activation_ttl_ms)  # before the recipient is read
+        return get_recipient(tx, name), activation
+    for token_hash in token_digests:
+        _add_known_token(tx, ref, token_hash, expires)
+    return get_recipient(tx, name), None
+
+
+def _add_known_token(tx: Tx, recipient_ref: int, token_hash: bytes, expiration_time: int | None) -> None:
+    if not isinstance(token_hash, bytes) or len(token_hash) != 32:
+        raise InvalidParameter("a token digest must be the 32 bytes of a SHA-256 digest")
+    values = dict(
+        recipient_ref=recipient_ref,
+        token_id=str(uuid.uuid4()),
+        created_at=tx.now_ms,
+        expiration_time=expiration_time,
+        token_hash=token_hash,
+        activated_at=tx.now_ms,
+    )
+    insert_row(tx, _K, values, "this token is another recipient's already: give each recipient its own tokens")
 
 
 def _rename(tx: Tx, row: Row[Any], new_name: str) -> dict[str, str]:
@@ -252,6 +275,11 @@ def rotate_token(
     if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 0:
         raise InvalidParameter(
             f"existing_token_expire_in_seconds must be a whole number of seconds, 0 or more (0: now), not {seconds!r}"
+        )
+    if tx.now_ms + seconds * 1000 > BIGINT_MAX:
+        raise InvalidParameter(
+            f"existing_token_expire_in_seconds {seconds} is too far in the future: give at most "
+            f"{(BIGINT_MAX - tx.now_ms) // 1000} seconds"
         )
     row = recipient_row(tx, name)
     if row.expiration_time is not None and row.expiration_time <= tx.now_ms:

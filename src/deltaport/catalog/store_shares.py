@@ -22,7 +22,7 @@ from deltaport.catalog.model import Grant, ObjectType, PartitionOp, PartitionVal
 from deltaport.catalog.names import check_name, name_key, split_name
 from deltaport.catalog.store_catalog import schema_row, table_row
 from deltaport.catalog.store_recipients import recipient_row
-from deltaport.catalog.store_sql import insert_row, one_row, write_unique
+from deltaport.catalog.store_sql import BIGINT_MAX, insert_row, one_row, write_unique
 from deltaport.catalog.store_types import ObjectUpdate, PermissionChange, Tx
 from deltaport.errors import AlreadyExists, InvalidParameter, ResourceNotFound
 
@@ -131,13 +131,13 @@ def _share_info(row: Row[Any], objects: Iterable[tuple[int, SharedObject]] = ())
 # --- shares ---------------------------------------------------------------------------------------
 
 
-def create_share(tx: Tx, name: str, comment: str | None) -> ShareInfo:
+def create_share(tx: Tx, name: str, comment: str | None, share_id: str | None = None) -> ShareInfo:
     check_name(name, "share", allow_dot=True)
     conflict = f"share '{name}' already exists: choose another name or update it"
     if tx.conn.execute(sa.select(_SH.c.id).where(_SH.c.name_lc == name_key(name))).first() is not None:
         raise AlreadyExists(conflict)
     values = dict(
-        share_id=str(uuid.uuid4()),
+        share_id=share_id or str(uuid.uuid4()),
         name=name,
         name_lc=name_key(name),
         comment=comment,
@@ -225,8 +225,9 @@ def _check_shared_as(shared_as: str, kind: ObjectType, where: str) -> str:
 
 def _settings(obj: SharedObject, kind: ObjectType, where: str) -> dict[str, Any]:
     """The object's settings checked, as stored."""
-    if not isinstance(obj.start_version, int) or isinstance(obj.start_version, bool) or obj.start_version < 0:
-        raise InvalidParameter(f"start_version of {where} must be a version number, 0 or more")
+    version = obj.start_version
+    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= BIGINT_MAX:
+        raise InvalidParameter(f"start_version of {where} must be a version number, 0 to {BIGINT_MAX}")
     if kind is ObjectType.SCHEMA and obj.partitions:
         raise InvalidParameter(f"{where} is a schema: partitions apply to tables only; share the tables instead")
     return dict(

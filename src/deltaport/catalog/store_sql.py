@@ -12,7 +12,10 @@ from sqlalchemy.exc import IntegrityError
 from deltaport.catalog.store_types import Tx
 from deltaport.errors import AlreadyExists, ResourceNotFound
 
-__all__ = ["insert_row", "one_row", "write_unique"]
+__all__ = ["BIGINT_MAX", "insert_row", "one_row", "write_unique"]
+
+#: The largest number a BIGINT column (times in epoch ms, versions) holds.
+BIGINT_MAX = 2**63 - 1
 
 
 def write_unique(tx: Tx, statement: sa.Executable, conflict: str) -> CursorResult[Any]:

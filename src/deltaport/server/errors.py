@@ -31,6 +31,8 @@ _CODES = {
 
 #: Paths under this prefix are the admin API: its errors take Unity Catalog's shape.
 ADMIN_PREFIX = "/api/2.1/unity-catalog"
+#: The public route a recipient's activation link calls (the SDK's ``recipient_activation``).
+ACTIVATION_API = ADMIN_PREFIX + "/public/data_sharing_activation"
 
 
 def json_error(
@@ -44,6 +46,7 @@ def json_error(
 ) -> Response:
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="delta-sharing"'}
+    message = message.encode("utf-8", "replace").decode("utf-8")  # an echoed unpaired surrogate: '?'
     if head:
         body = b""
     elif unity:
@@ -88,7 +91,10 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
 
 
 async def validation_error(request: Request, exc: RequestValidationError) -> Response:
-    problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ()))}: {str(e.get('msg')).removeprefix('Value error, ')}"
+        for e in exc.errors()
+    )
     return _error(request, 400, "INVALID_PARAMETER_VALUE", f"invalid request: {problems}")
 
 

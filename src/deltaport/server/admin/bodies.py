@@ -3,20 +3,51 @@
 Fields the SDK may send that mean nothing here (``owner``, ``properties`` of a catalog, ...) are
 declared and ignored; any other key is refused by name (a misspelt field never silently does
 nothing). Each body turns itself into catalog values with ``to_*`` methods.
+
+What no catalog database can store is refused here, naming the field: text with a NUL character or
+an unpaired surrogate anywhere in a body, and numbers (times in epoch ms, versions) beyond 64 bits.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import re
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deltaport.catalog.model import ObjectType, PartitionOp, PartitionValue, SharedObject
 from deltaport.catalog.store import ObjectUpdate, PermissionChange
+from deltaport.catalog.store_sql import BIGINT_MAX
+
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def _unstorable_text(value: Any, where: str) -> str | None:
+    """Where in ``value`` (a JSON value) a string holds what no database stores, or None."""
+    if isinstance(value, str):
+        return (where or "the body") if _UNSTORABLE.search(value) else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and _UNSTORABLE.search(key):
+            return f"a key of {where or 'the body'}"  # not the key itself: it cannot be shown
+        found = _unstorable_text(item, f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return None
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        where = _unstorable_text(data, "")
+        if where is not None:
+            raise ValueError(
+                f"{where} holds a NUL character or an unpaired surrogate, which the catalog cannot store: remove it"
+            )
+        return data
 
 
 class CreateCatalog(_Body):
@@ -92,7 +123,7 @@ class DataObjectBody(_Body):
     string_shared_as: Optional[str] = None
     history_data_sharing_status: Optional[Literal["ENABLED", "DISABLED"]] = None
     cdf_enabled: Optional[bool] = None
-    start_version: Optional[int] = Field(default=None, ge=0)
+    start_version: Optional[int] = Field(default=None, ge=0, le=BIGINT_MAX)
     comment: Optional[str] = None
     partitions: Optional[list[PartitionBody]] = None
     added_at: Optional[int] = None
@@ -164,7 +195,7 @@ class CreateRecipient(_Body):
     name: str
     authentication_type: Literal["TOKEN"] = "TOKEN"
     comment: Optional[str] = None
-    expiration_time: Optional[int] = Field(default=None, ge=0)
+    expiration_time: Optional[int] = Field(default=None, ge=0, le=BIGINT_MAX)
     ip_access_list: Optional[IpAccessListBody] = None
     properties_kvpairs: Optional[PropertiesBody] = None
     owner: Optional[str] = None
@@ -173,11 +204,11 @@ class CreateRecipient(_Body):
 class UpdateRecipient(_Body):
     new_name: Optional[str] = None
     comment: Optional[str] = None
-    expiration_time: Optional[int] = Field(default=None, ge=0)
+    expiration_time: Optional[int] = Field(default=None, ge=0, le=BIGINT_MAX)
     ip_access_list: Optional[IpAccessListBody] = None
     properties_kvpairs: Optional[PropertiesBody] = None
     owner: Optional[str] = None
 
 
 class RotateToken(_Body):
-    existing_token_expire_in_seconds: int = Field(ge=0)
+    existing_token_expire_in_seconds: int = Field(ge=0, le=BIGINT_MAX // 1000)

@@ -105,7 +105,10 @@ def _add_tables(router: APIRouter, parts: AdminParts, admin: Any) -> None:
                 f"a table of type {body.table_type} in format {body.data_source_format} cannot be shared here: "
                 "create it with table_type EXTERNAL and data_source_format DELTA"
             )
-        described = columns(body.storage_location)  # a location that is no Delta table is refused first
+        # the names and the location's rules first (nothing outside the storage root is ever read),
+        # then whether a Delta table is there, then the table made (its checks run again, atomically)
+        db.check_new_table(body.catalog_name, body.schema_name, body.name, body.storage_location)
+        described = columns(body.storage_location)
         made = db.create_table(
             body.catalog_name, body.schema_name, body.name, body.storage_location, comment=body.comment
         )
