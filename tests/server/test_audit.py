@@ -18,7 +18,7 @@ from servers import RunningServer
 
 from deltaport.catalog.model import AuditEvent
 from deltaport.server import create_app, parse_config
-from deltaport.server.audit import AuditLog, BatchingSink, FanOutSink, JsonLinesAuditSink, event_json
+from deltaport.server.audit import BatchingSink, FanOutSink, JsonLinesAuditSink, event_json
 
 P = "/delta-sharing"
 T = P + "/shares/corpus/schemas/default/tables"
@@ -316,24 +316,3 @@ def test_fan_out_writes_to_every_sink_whatever_one_does():
 
     FanOutSink(Broken(), Kept()).write(_event(1))
     assert [e.time for e in got] == [1]
-
-
-def test_admin_writes_are_audited_with_their_own_fields():
-    got: list[AuditEvent] = []
-
-    class Kept:
-        def write(self, event):
-            got.append(event)
-
-    AuditLog(Kept(), clock=lambda: 1_800_000_000.0).admin(
-        "admin:ops", "createShare", share="sales", detail={"comment": "q3"}
-    )
-    (event,) = got
-    assert (event.time, event.principal, event.action, event.status, event.share) == (
-        1_800_000_000_000,
-        "admin:ops",
-        "createShare",
-        200,
-        "sales",
-    )
-    assert orjson.loads(event_json(event))["detail"] == {"comment": "q3"}

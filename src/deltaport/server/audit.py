@@ -1,8 +1,7 @@
 """The audit log: one event (catalog.model.AuditEvent) per protocol request, per download of a
-file this server serves, and per admin write or token activation (reported by the admin API
-through :meth:`AuditLog.admin`).
+file this server serves, and per admin write or token activation (named by :data:`ADMIN_ACTIONS`).
 
-An event names the principal (a recipient's name, ``admin:<name>``, ``anonymous``, or
+An event names the principal (a recipient's name, ``admin``, ``anonymous``, or
 ``unauthenticated`` when the request never authenticated), never a token; and tables by name,
 never a URL: no query string (where presigned URLs carry their signatures) reaches an event.
 
@@ -21,15 +20,18 @@ import logging
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
 from deltaport.catalog.model import AuditEvent
-from deltaport.server.request_info import RequestInfo, current_request
+from deltaport.server.errors import ACTIVATION_API, ADMIN_PREFIX
+from deltaport.server.request_info import RequestInfo
+
+if TYPE_CHECKING:
+    from deltaport.catalog.store import CatalogDB
 
 log = logging.getLogger("deltaport.audit")
 
@@ -49,6 +51,29 @@ ACTIONS = {
     ("/files/{key}/{path:path}", "GET"): "downloadFile",
     ("/files/{key}/{path:path}", "HEAD"): "downloadFile",
 }
+#: (admin route template, method) -> action, for the admin API's writes and activations.
+ADMIN_ACTIONS = {
+    (ADMIN_PREFIX + path, method): action
+    for path, method, action in (
+        ("/catalogs", "POST", "createCatalog"),
+        ("/catalogs/{name}", "PATCH", "updateCatalog"),
+        ("/catalogs/{name}", "DELETE", "deleteCatalog"),
+        ("/schemas", "POST", "createSchema"),
+        ("/schemas/{full_name}", "PATCH", "updateSchema"),
+        ("/schemas/{full_name}", "DELETE", "deleteSchema"),
+        ("/tables", "POST", "createTable"),
+        ("/tables/{full_name}", "DELETE", "deleteTable"),
+        ("/shares", "POST", "createShare"),
+        ("/shares/{name}", "PATCH", "updateShare"),
+        ("/shares/{name}", "DELETE", "deleteShare"),
+        ("/shares/{name}/permissions", "PATCH", "updateSharePermissions"),
+        ("/recipients", "POST", "createRecipient"),
+        ("/recipients/{name}", "PATCH", "updateRecipient"),
+        ("/recipients/{name}", "DELETE", "deleteRecipient"),
+        ("/recipients/{name}/rotate-token", "POST", "rotateRecipientToken"),
+    )
+}
+ADMIN_ACTIONS[(ACTIVATION_API + "/{activation_token}", "GET")] = "activateRecipient"
 UNAUTHENTICATED = "unauthenticated"
 
 
@@ -297,6 +322,12 @@ class FanOutSink:
     def __init__(self, *sinks: AuditSink) -> None:
         self.sinks = sinks
 
+    def close(self) -> None:
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
+
     def write(self, event: AuditEvent) -> None:
         for sink in self.sinks:
             try:
@@ -308,13 +339,26 @@ class FanOutSink:
         return all(sink.flush(timeout) for sink in self.sinks if isinstance(sink, _Flushable))
 
 
-class AuditLog:
-    """Turns requests, and what the admin API reports, into events for ``sink``. A request's event
-    is timed by its arrival (wall clock); an admin event by ``clock``."""
+def config_audit_sink(
+    path: str | None, catalog: CatalogDB | None
+) -> JsonLinesAuditSink | BatchingSink | FanOutSink | None:
+    """The sinks a server's config asks for: its ``auditLog`` file (``path``) and the catalog
+    database it serves, if any (where the admin API and ``deltaport admin audit`` read them)."""
+    sinks: list[JsonLinesAuditSink | BatchingSink] = []
+    if path is not None:
+        sinks.append(JsonLinesAuditSink(path))
+    if catalog is not None:
+        sinks.append(BatchingSink(catalog.add_audit_events))
+    if len(sinks) > 1:
+        return FanOutSink(*sinks)
+    return sinks[0] if sinks else None
 
-    def __init__(self, sink: AuditSink, *, clock: Callable[[], float] = time.time) -> None:
+
+class AuditLog:
+    """Turns answered requests into events for ``sink``, each timed by the request's arrival."""
+
+    def __init__(self, sink: AuditSink) -> None:
         self.sink = sink
-        self.clock = clock
 
     def request(
         self, info: RequestInfo, route: str, method: str, seconds: float, path_params: Mapping[str, str]
@@ -322,6 +366,9 @@ class AuditLog:
         """The event of an answered protocol request or download (other requests have none)."""
         action = ACTIONS.get((route, method))
         if action is None:
+            admin_action = ADMIN_ACTIONS.get((route, method))
+            if admin_action is not None:
+                self._admin_event(info, admin_action, seconds, path_params)
             return
         download = action == "downloadFile"
         served = info.served
@@ -345,19 +392,24 @@ class AuditLog:
             )
         )
 
-    def admin(self, principal: str, action: str, *, status: int = 200, **fields: Any) -> None:
-        """An admin write or a token activation, as the admin API reports it: ``principal`` as
-        ``admin:<name>`` (or the recipient activating), ``action`` e.g. ``createShare``,
-        ``activate``; ``fields``: any other AuditEvent field (share, detail, ...). The request id,
-        client address and user agent are the current request's unless given."""
-        seen = current_request()
-        if seen is not None:
-            fields.setdefault("request_id", seen.request_id)
-            fields.setdefault("client_ip", seen.client_ip)
-            fields.setdefault("user_agent", seen.user_agent)
-        fields.setdefault("request_id", "")
+    def _admin_event(self, info: RequestInfo, action: str, seconds: float, path_params: Mapping[str, str]) -> None:
+        """The event of an admin write or an activation: the names its path and body give (never
+        the activation token its path carries)."""
+        detail = {k: v for k, v in path_params.items() if "token" not in k}
+        if info.target is not None:
+            detail["name"] = info.target
         self._write(
-            AuditEvent(time=int(self.clock() * 1000), principal=principal, action=action, status=status, **fields)
+            AuditEvent(
+                time=info.time_ms,
+                request_id=info.request_id,
+                principal=info.principal or UNAUTHENTICATED,
+                action=action,
+                status=info.status,
+                client_ip=info.client_ip,
+                user_agent=info.user_agent,
+                duration_ms=round(seconds * 1000, 3),
+                detail=detail,
+            )
         )
 
     def flush(self, timeout: float = 10.0) -> bool:

@@ -147,6 +147,14 @@ def _version(headers) -> int | None:
     return None
 
 
+def observe_also(other: FastAPI, app: FastAPI, trusted_proxies: Sequence[str]) -> None:
+    """Give ``other`` (the admin API on a listener of its own) the request ids and audit events of
+    ``app``, which :func:`observe` has set up (its metrics stay ``app``'s)."""
+    other.add_middleware(
+        RequestObserver, prefix="", proxies=IpAllowList.parse(trusted_proxies), metrics=None, audit=app.state.audit
+    )
+
+
 def observe(
     app: FastAPI,
     cache: SnapshotCache,
@@ -161,11 +169,10 @@ def observe(
     audit log when asked for. Call it after the hot paths are added, so it sees their requests.
     The app's shutdown (``app.state.closing``) marks this worker's live metrics dead and waits
     for the audit sink to write what it was given. ``app.state.audit`` is the audit log (None
-    without a sink): the admin API reports its writes and activations there
-    (:meth:`AuditLog.admin`)."""
+    without a sink)."""
     server_metrics = ServerMetrics(cache) if metrics else None
     audit_log = AuditLog(audit) if audit is not None else None
-    closing: list[Callable[[], object]] = []
+    closing: list[Callable[[], object]] = getattr(app.state, "closing", [])
     if server_metrics is not None:
         add_metrics_route(app, server_metrics, metrics_token)
         closing.append(server_metrics.close)

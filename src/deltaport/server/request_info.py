@@ -53,6 +53,7 @@ class RequestInfo:
     bytes_sent: int = 0
     status: int = 0
     version: int | None = None
+    target: str | None = None  # what an admin write creates, when its path does not name it
 
 
 #: The request being served; set and reset by the observing middleware only.

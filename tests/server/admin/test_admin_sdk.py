@@ -46,13 +46,17 @@ ENDPOINT = "/delta-sharing"
 
 @pytest.fixture(autouse=True)
 def _sdk_debug_log_off():
-    """The SDK's own debug log prints the bodies it receives, the activation's credential among
-    them: that is the client's log, not the server's, so it is kept out of the suite's secret scan."""
-    sdk = logging.getLogger("databricks.sdk")
-    level = sdk.level
-    sdk.setLevel(logging.INFO)
+    """The SDK's own debug log prints the bodies it receives (the activation's credential among
+    them), and the HTTP libraries the URLs they call (an activation link's token): that is the
+    client's log, not the server's, so it is kept out of the suite's secret scan."""
+    quiet = {"databricks.sdk": logging.INFO, "urllib3.connectionpool": logging.INFO, "httpx": logging.WARNING}
+    loggers = [logging.getLogger(name) for name in quiet]
+    levels = [logger.level for logger in loggers]
+    for logger, level in zip(loggers, quiet.values()):
+        logger.setLevel(level)
     yield
-    sdk.setLevel(level)
+    for logger, level in zip(loggers, levels):
+        logger.setLevel(level)
 
 
 @pytest.fixture()
@@ -108,6 +112,7 @@ def _grant(w: WorkspaceClient, share: str, recipient: str, *, revoke: bool = Fal
 
 def _activate(w: WorkspaceClient, activation_url: str) -> str:
     token = activation_url.rsplit("/", 1)[1]
+    secrets_used.add(token)  # a live link: never in the server's logs either
     credential = w.recipient_activation.retrieve_token(token)
     assert credential.share_credentials_version == 1
     assert credential.endpoint.endswith(ENDPOINT)

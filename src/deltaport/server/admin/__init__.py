@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from deltaport.errors import DeltaportError
 from deltaport.server import errors
 from deltaport.server.admin.activation import add_activation_routes
+from deltaport.server.admin.audit_routes import add_audit_routes
 from deltaport.server.admin.catalog_routes import add_catalog_routes
 from deltaport.server.admin.parts import AdminParts
 from deltaport.server.admin.sharing_routes import add_sharing_routes
@@ -34,6 +35,7 @@ def admin_router(parts: AdminParts) -> APIRouter:
     router = APIRouter(prefix=errors.ADMIN_PREFIX, tags=["admin"])
     add_catalog_routes(router, parts, admin)
     add_sharing_routes(router, parts, admin)
+    add_audit_routes(router, parts, admin)
     return router
 
 

@@ -17,7 +17,9 @@ from starlette.responses import HTMLResponse, JSONResponse
 
 from deltaport.delta.history import format_ms
 from deltaport.errors import ResourceNotFound
+from deltaport.server import errors
 from deltaport.server.admin.parts import AdminParts
+from deltaport.server.request_info import current_request
 
 _NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff"}
 
@@ -45,7 +47,7 @@ document.getElementById("get").onclick = async function () {{
 </script></body></html>
 """
 
-ACTIVATION_API = "/api/2.1/unity-catalog/public/data_sharing_activation"
+ACTIVATION_API = errors.ACTIVATION_API
 
 #: What an activation token looks like; anything else is no link (and is never echoed into a page).
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
@@ -66,6 +68,9 @@ def add_activation_routes(app: FastAPI, parts: AdminParts, sharing_endpoint: Cal
     @app.get(ACTIVATION_API + "/{activation_token}", include_in_schema=True)
     def retrieve_token(request: Request, activation_token: str) -> JSONResponse:
         recipient, bearer, expires = parts.catalog.activate(activation_token)
+        seen = current_request()
+        if seen is not None:  # the audit event names who activated
+            seen.principal = recipient.name
         parts.reload()  # the new token reads from the next request on
         body = {  # a profile file, as is
             "shareCredentialsVersion": 1,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -14,9 +15,13 @@ from deltaport.catalog.store import CatalogDB
 from deltaport.delta.schema import Schema
 from deltaport.errors import InvalidParameter, PermissionDenied, Unauthenticated
 from deltaport.server.config import hash_token
+from deltaport.server.request_info import current_request
 from deltaport.server.tokens import TokenBinding, TokenCodec
 
 T = TypeVar("T")
+
+#: The principal admin requests are audited as (admin tokens carry no name).
+ADMIN = "admin"
 
 #: Most items on one page of a listing (``max_results`` 0 or absent asks for this many).
 PAGE_LIMIT = 1000
@@ -56,13 +61,21 @@ class AdminParts:
             found |= hmac.compare_digest(digest, known)
         if not found:
             raise Unauthenticated("The admin token is not valid: use one of the server's 'adminTokens'.")
-        return "admin"
+        seen = current_request()
+        if seen is not None:  # for the audit event of the request
+            seen.principal = ADMIN
+        return ADMIN
 
-    def check_writable(self) -> None:
+    def check_writable(self, target: str | None = None) -> None:
+        """Refuse writes to a catalog that is a config file. ``target``: what the write creates,
+        when the path does not name it, for the request's audit event."""
+        seen = current_request()
+        if seen is not None and target is not None:
+            seen.target = target
         if self.read_only is not None:
             raise PermissionDenied(
-                f"the catalog is the config file {self.read_only}: edit that file (the server reloads it), "
-                "or move it into a catalog database with 'deltaport catalog import'"
+                f"the catalog is the config file {PurePath(self.read_only).name}: edit that file (the server "
+                "reloads it), or move it into a catalog database with 'deltaport catalog import'"
             )
 
     def page(

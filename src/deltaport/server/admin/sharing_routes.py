@@ -8,9 +8,9 @@ from typing import Any, Optional
 
 from fastapi import APIRouter, Request
 
-from deltaport.catalog.model import RecipientInfo, SharedObject
+from deltaport.catalog.model import ObjectType, RecipientInfo, SharedObject
 from deltaport.catalog.store import ObjectUpdate
-from deltaport.errors import ResourceNotFound
+from deltaport.errors import InvalidParameter, ResourceNotFound
 from deltaport.server.admin.activation import activation_url
 from deltaport.server.admin.bodies import (
     CreateRecipient,
@@ -54,12 +54,28 @@ def _object_update(current: dict[str, SharedObject], body: ObjectUpdateBody) -> 
     return ObjectUpdate("UPDATE", dataclasses.replace(existing, **changes))
 
 
+def _check_partition_columns(parts: AdminParts, update: ObjectUpdate) -> None:
+    """A table's partitions may name only its partition columns (as its Delta log has them now)."""
+    obj = update.data_object
+    if update.action == "REMOVE" or obj.data_object_type is not ObjectType.TABLE or not obj.partitions:
+        return
+    _, columns = parts.describe_table(parts.catalog.get_table(obj.name).storage_location)
+    known = {c.lower() for c in columns}
+    for partition in obj.partitions:
+        for value in partition:
+            if value.name.lower() not in known:
+                raise InvalidParameter(
+                    f"'{value.name}' is not a partition column of table '{obj.name}': partitions may name "
+                    f"only its partition columns ({', '.join(columns) or 'it has none'})"
+                )
+
+
 def _add_shares(router: APIRouter, parts: AdminParts, admin: Any) -> None:
     db = parts.catalog
 
     @router.post("/shares", dependencies=[admin])
     def create_share(body: CreateShare) -> dict:
-        parts.check_writable()
+        parts.check_writable(body.name)
         made = db.create_share(body.name, comment=body.comment)
         parts.reload()
         return share_json(made)
@@ -78,6 +94,8 @@ def _add_shares(router: APIRouter, parts: AdminParts, admin: Any) -> None:
         parts.check_writable()
         current = {o.name.lower(): o for o in db.get_share(name, include_objects=True).objects}
         updates = [_object_update(current, u) for u in body.updates]
+        for update in updates:
+            _check_partition_columns(parts, update)
         changed = db.update_share(name, new_name=body.new_name, comment=body.comment, updates=updates)
         parts.reload()
         return share_json(changed, with_objects=True)
@@ -127,7 +145,7 @@ def _add_recipients(router: APIRouter, parts: AdminParts, admin: Any) -> None:
 
     @router.post("/recipients", dependencies=[admin])
     def create_recipient(request: Request, body: CreateRecipient) -> dict:
-        parts.check_writable()
+        parts.check_writable(body.name)
         made, activation = db.create_recipient(
             body.name,
             comment=body.comment,
