@@ -9,6 +9,8 @@ from typing import Any, Optional
 import orjson
 import typer
 
+from deltaport.admin_cli import admin_app
+
 app = typer.Typer(
     name="deltaport",
     help="Delta Sharing, whole: inspect Delta tables, serve shares, read them back.",
@@ -16,6 +18,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+app.add_typer(admin_app, name="admin")
 
 
 @app.callback()
@@ -246,10 +251,8 @@ def _demo_read_back(application, port: int, profile: str, names: list[str]) -> N
         if time.time() > deadline or not thread.is_alive():
             _fail(RuntimeError(f"the server did not start on port {port} (is the port in use? try --port)"))
         time.sleep(0.05)
-    try:
-        import deltaport.client as delta_sharing
-    except ImportError as exc:
-        _fail(RuntimeError(f"reading back needs the client extras ({exc}): pip install 'deltaport[client]'"))
+    import deltaport.client as delta_sharing
+
     try:
         client = delta_sharing.SharingClient(profile)
         typer.echo("\nshared tables: " + ", ".join(f"{t.share}.{t.schema}.{t.name}" for t in client.list_all_tables()))
@@ -342,6 +345,8 @@ def _run(application, host: str, port: int, cfg) -> None:
 
     import uvicorn
 
+    from deltaport.server.allocator import settle_allocators
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     ssl: dict[str, Any] = {}
     if cfg.ssl is not None and cfg.ssl.self_signed:
@@ -359,6 +364,7 @@ def _run(application, host: str, port: int, cfg) -> None:
 
             ssl["ssl_keyfile_password"] = Path(cfg.ssl.certificate_password_file).read_text().strip()
     _warm_up()
+    settle_allocators()  # memory stays level under sustained load (server/allocator.py)
     scheme = f"http{'s' if ssl else ''}"
     shares = len(application.state.service.config.shares)
     typer.echo(f"serving {shares} share(s) on {scheme}://{host}:{port}{cfg.endpoint}")
@@ -396,7 +402,8 @@ def _say_catalog(cfg, shares: int, admin_url: str) -> None:
             "the catalog is empty. Create the first share with the Databricks SDK "
             f"(WorkspaceClient(host='{admin_url}', token=ADMIN_TOKEN)): catalogs.create, schemas.create, "
             "tables.create(..., storage_location=PATH), shares.create, shares.update(ADD the table), "
-            "recipients.create (its activation_url gives the recipient a profile), shares.update_permissions."
+            "recipients.create (its activation_url gives the recipient a profile), shares.update_permissions; "
+            f"or with 'deltaport admin --host {admin_url} ...' (see deltaport admin --help)."
         )
 
 
@@ -433,8 +440,71 @@ def _human(n: int) -> str:
     return f"{n} B"
 
 
+catalog_app = typer.Typer(
+    help="The catalog database: move a config file's shares and recipients into it.", no_args_is_help=True
+)
+app.add_typer(catalog_app, name="catalog")
+
+
+@catalog_app.command("import")
+def catalog_import(
+    config: str = typer.Argument(..., help="A server config YAML with 'shares' (and recipients) to import."),
+    into: Optional[str] = typer.Option(
+        None,
+        "--into",
+        help="The catalog database: a SQLite file path or a postgresql:// URL (default: catalog.db beside the config).",
+    ),
+) -> None:
+    """Load a config file's shares, tables, recipients (with their tokens) and grants into a catalog
+    database, to serve and administer them there. Recipients' profiles keep working."""
+    from pathlib import Path
+
+    from deltaport.catalog.db import display_url
+    from deltaport.catalog.import_served import import_served
+    from deltaport.catalog.store import CatalogDB
+    from deltaport.errors import DeltaportError
+    from deltaport.server.config import catalog_url, load_config
+
+    try:
+        cfg = load_config(config)
+        base = Path(config).resolve().parent
+        url = catalog_url(into, Path.cwd()) if into else catalog_url("catalog.db", base)
+        db = CatalogDB(url)
+        try:
+            done = import_served(db, cfg.shares, cfg.recipients, cfg.bearer_token_hash)
+        finally:
+            db.close()
+    except DeltaportError as exc:
+        _fail(exc)
+    counts = f"{done.shares} share(s), {done.tables} table(s), {done.recipients} recipient(s)"
+    typer.echo(f"imported {counts} into {display_url(url)}")
+    for name in done.expired:
+        typer.echo(f"left out recipient '{name}': its expirationTime has passed")
+    where = " and set 'catalog' to the database's URL" if into else ""
+    typer.echo(f"to serve from it: remove 'shares', 'recipients' and 'authorization' from {config}{where}; restart")
+
+
+#: Modules an optional part needs -> the extra that installs them.
+_EXTRAS = {
+    **dict.fromkeys(
+        ("fastapi", "uvicorn", "starlette", "cryptography", "prometheus_client", "sqlalchemy", "alembic", "psycopg"),
+        "server",
+    ),
+    "pyspark": "spark",
+    "polars": "polars",
+    "obstore": "s3",
+}
+
+
 def main() -> None:
-    app(prog_name="deltaport")
+    try:
+        app(prog_name="deltaport")
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        typer.echo(f"error: this command needs the '{extra}' extra: pip install \"deltaport[{extra}]\"", err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,9 +6,12 @@ import asyncio
 import contextlib
 import difflib
 import functools
+import hashlib
+import hmac
 import logging
 import os
 import secrets
+import signal
 import stat
 import time
 from collections.abc import Callable, Sequence
@@ -36,13 +39,15 @@ from deltaport.delta import SnapshotCache
 from deltaport.errors import DeltaportError, InvalidParameter, PermissionDenied, ResourceNotFound
 from deltaport.server import api_doc, errors
 from deltaport.server.admin import AdminParts, add_activation_routes, admin_router, create_admin_app
-from deltaport.server.audit import AuditSink
+from deltaport.server.admin.activation import ACTIVATION_PAGE
+from deltaport.server.audit import AuditSink, config_audit_sink
 from deltaport.server.catalog_feed import CatalogFeed, describe_delta_table
 from deltaport.server.config import ServerConfig
+from deltaport.server.config_file import ConfigCatalogView, ConfigFileSource, LoadedConfig, restart_needed
 from deltaport.server.file_keys import KeyingPool
 from deltaport.server.freshness import LatestState
 from deltaport.server.hot_paths import HotTableCalls
-from deltaport.server.observe import observe
+from deltaport.server.observe import observe, observe_also
 from deltaport.server.registry import Principal, SharedTable, StoreOpener, recipient_key
 from deltaport.server.request_info import current_request
 from deltaport.server.service import Reply, SharingService, SignerFactory
@@ -51,6 +56,7 @@ from deltaport.signing import LocalFileSigner, UrlSigner, signer_for
 from deltaport.storage import store_for
 
 access_log = logging.getLogger("deltaport.access")
+log = logging.getLogger("deltaport.server")
 
 _T = "/shares/{share}/schemas/{schema}/tables/{table}"
 
@@ -206,9 +212,20 @@ class _LargeChunkFileResponse(FileResponse):
         return None
 
 
+#: Paths whose last segment is a secret (an activation token): logged without it.
+_SECRET_TAILS = (errors.ACTIVATION_API + "/", ACTIVATION_PAGE + "/")
+
+
+def logged_path(path: str) -> str:
+    """``path`` as the access log shows it: an activation link's token left out."""
+    if path.startswith(_SECRET_TAILS):
+        return path.rsplit("/", 1)[0] + "/<activation token>"
+    return path
+
+
 class AccessLog:
     """Pure ASGI access log: method, path, status, time. Never the query string (URL signatures,
-    tokens) and never headers (bearer tokens)."""
+    tokens), never headers (bearer tokens), never an activation link's token."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -228,8 +245,23 @@ class AccessLog:
             await self.app(scope, receive, send_and_note)
         finally:
             access_log.info(
-                "%s %s %s %.1fms", scope["method"], scope["path"], status[0], (time.perf_counter() - start) * 1000
+                "%s %s %s %.1fms",
+                scope["method"],
+                logged_path(scope["path"]),
+                status[0],
+                (time.perf_counter() - start) * 1000,
             )
+
+
+def _file_url_keys(token_secret: bytes | None, file_secret: bytes | None) -> tuple[bytes, str]:
+    """The secret and access key of the server's own file URLs: derived from ``tokenSecret`` when
+    the config has one (so every replica sharing it honours the URLs any of them issued), else
+    random per process."""
+    if token_secret is None:
+        return file_secret or secrets.token_bytes(32), "DELTAPORT" + secrets.token_hex(6).upper()
+    derived = hmac.new(token_secret, b"deltaport file URLs", hashlib.sha256).digest()
+    key_id = hmac.new(token_secret, b"deltaport file URL access key", hashlib.sha256).hexdigest()[:12]
+    return file_secret or derived, "DELTAPORT" + key_id.upper()
 
 
 def create_app(
@@ -264,14 +296,14 @@ def create_app(
     listener of its own when the config names an ``adminPort``.
     ``metrics``: Prometheus metrics at ``GET /metrics`` (metrics.py), only for
     ``Authorization: Bearer <metrics_token>`` when that is given. ``audit``: where each protocol
-    request's and download's audit event goes (audit.py; the caller closes it). ``trusted_proxies``:
+    request's, download's, admin write's and activation's audit event goes (audit.py; the caller
+    closes it); by default the config's ``auditLog`` file and the catalog database, if any. ``trusted_proxies``:
     addresses and CIDR blocks of proxies whose ``X-Forwarded-For`` names the client (access.py),
     for recipients' IP access lists, the audit log and nothing else.
     """
     cache = cache if cache is not None else SnapshotCache()  # an empty cache is falsy: `or` would drop it
     codec = TokenCodec(config.token_secret or secrets.token_bytes(32), clock=clock)
-    file_secret = file_secret or secrets.token_bytes(32)
-    access_key = "DELTAPORT" + secrets.token_hex(6).upper()
+    file_secret, access_key = _file_url_keys(config.token_secret, file_secret)
     prefix = config.endpoint.rstrip("/")
 
     def own_signer(shared: SharedTable, base_url: str, who: Principal) -> UrlSigner:
@@ -279,7 +311,7 @@ def create_app(
         return signer_for(
             shared.delta(cache).store,
             base_url=public + prefix,
-            table_key=f"{shared.key}~{recipient_key(who.name)}",  # the URL names, and is signed for, both
+            table_key=_url_key(shared, who),
             access_key=access_key,
             secret=file_secret,
         )
@@ -312,15 +344,22 @@ def create_app(
         catalog = CatalogDB(config.catalog_url, activation_ttl_s=config.activation_link_ttl_seconds)
     if catalog is not None:
         _serve_catalog(app, service, catalog, cache, store)
+    elif config.source is not None:
+        _serve_config_file(app, service, config.source, cache, store)
+    owned_audit = None if audit is not None else config_audit_sink(config.audit_log, catalog)
     observe(
         app,
         cache,
         prefix,
         metrics=metrics,
         metrics_token=metrics_token,
-        audit=audit,
+        audit=audit or owned_audit,
         trusted_proxies=tuple(trusted_proxies) or config.trusted_proxies,
     )
+    if owned_audit is not None:
+        app.state.closing.append(owned_audit.close)
+    if getattr(app.state, "admin_app", None) is not None:
+        observe_also(app.state.admin_app, app, tuple(trusted_proxies) or config.trusted_proxies)
     app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too
     return app
 
@@ -338,22 +377,71 @@ def _serve_catalog(
     )
     feed.reload_now()
     app.state.catalog_feed = feed
+    parts = _admin_parts(config, catalog, service, cache, store, feed.reload_now)
+    add_activation_routes(app, parts, lambda request: parts.link_base(request) + config.endpoint.rstrip("/"))
+    _mount_admin(app, parts, config)
 
+
+def _serve_config_file(
+    app: FastAPI, service: SharingService, path: str, cache: SnapshotCache, store: StoreOpener
+) -> None:
+    """Serves a config file's shares and recipients: re-read when the file changes or on SIGHUP
+    (config_file.py), shown read-only through the admin API when the config has admin tokens."""
+    started = service.config
+    view = ConfigCatalogView() if started.admin_token_hashes else None
+
+    def apply(loaded: LoadedConfig) -> None:
+        new = loaded.config
+        if restart_needed(started, new):
+            log.warning(
+                "config file %s: settings other than shares, recipients and authorization take effect "
+                "when the server restarts",
+                path,
+            )
+        service.serve_catalog(new.shares, new.recipients, bearer_token_hash=new.bearer_token_hash)
+        if view is not None:
+            view.refresh(new)
+
+    feed = CatalogFeed(
+        ConfigFileSource(path), apply, poll_seconds=started.catalog_poll_seconds, what=f"config file {path}"
+    )
+    feed.reload_now()
+    app.state.catalog_feed = feed
+    if view is not None:
+        parts = _admin_parts(started, view.catalog, service, cache, store, feed.reload_now, read_only=path)
+        _mount_admin(app, parts, started)
+        app.state.closing.append(view.close)
+
+
+def _admin_parts(
+    config: ServerConfig,
+    catalog: CatalogDB,
+    service: SharingService,
+    cache: SnapshotCache,
+    store: StoreOpener,
+    reload: Callable[[], None],
+    *,
+    read_only: str | None = None,
+) -> AdminParts:
     def describe_table(location: str):
         return describe_delta_table(location, config.storage_options, cache, store)
 
     def base(request: Request) -> str:
         return config.public_url or str(request.base_url).rstrip("/")
 
-    parts = AdminParts(
+    return AdminParts(
         catalog=catalog,
         admin_digests=frozenset(config.admin_token_hashes),
         codec=service.codec,
-        reload=feed.reload_now,
+        reload=reload,
         describe_table=describe_table,
         link_base=base,
+        read_only=read_only,
     )
-    add_activation_routes(app, parts, lambda request: base(request) + config.endpoint.rstrip("/"))
+
+
+def _mount_admin(app: FastAPI, parts: AdminParts, config: ServerConfig) -> None:
+    """The admin API beside the protocol, or as ``app.state.admin_app`` for its own listener."""
     if config.admin_port is None:
         app.include_router(admin_router(parts))
     else:
@@ -372,6 +460,15 @@ class _App(FastAPI):
         return self.openapi_schema
 
 
+def _reload_on_sighup(feed: CatalogFeed) -> None:
+    """SIGHUP makes ``feed`` look at its source now (where this loop may take signals: the main
+    thread of a Unix process)."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, feed.wake)
+    except (NotImplementedError, RuntimeError, ValueError, AttributeError):
+        pass  # not the main thread (e.g. a test's server thread), or no SIGHUP on this platform
+
+
 def _new_app(service: SharingService, keying: KeyingPool, table_calls: ThreadPoolExecutor) -> FastAPI:
     """The FastAPI app with its lifespan (the keying pool, the table calls' threads) and error handlers."""
 
@@ -381,6 +478,7 @@ def _new_app(service: SharingService, keying: KeyingPool, table_calls: ThreadPoo
         feed = getattr(app.state, "catalog_feed", None)
         if feed is not None:
             feed.start_polling()
+            _reload_on_sighup(feed)
         try:
             yield
         finally:
@@ -399,6 +497,7 @@ def _new_app(service: SharingService, keying: KeyingPool, table_calls: ThreadPoo
         "protocol, for many recipients.",
     )
     app.state.service = service
+    app.state.closing = []  # called at shutdown, in order
     app.add_exception_handler(DeltaportError, errors.deltaport_error)  # type: ignore[arg-type]  # typed for Exception
     app.add_exception_handler(StarletteHTTPException, errors.http_error)  # type: ignore[arg-type]  # typed for Exception
     app.add_exception_handler(RequestValidationError, errors.validation_error)  # type: ignore[arg-type]  # typed for Exception
@@ -638,9 +737,14 @@ def _add_file_routes(
         )
         table_key, _, recipient = key.partition("~")
         shared = service.registry.by_key(table_key)
-        who = service.registry.principal_for_key(recipient)
+        who = service.registry.principal_for_key(recipient.partition("~")[0])
         if shared is None or who is None or not who.may_see(shared.share.name):
             raise PermissionDenied("this URL names no table this server shares with the recipient it was issued to")
+        if _url_key(shared, who) != key:
+            raise PermissionDenied(
+                "this URL was issued for partitions of the table the recipient may no longer read: "
+                "query the table again for current URLs"
+            )
         _note_download(shared)
         service.admit(who)  # the recipient's IP access list
         local = getattr(shared.delta(cache).store, "local_path", None)
@@ -682,6 +786,14 @@ def _add_hot_paths(app: FastAPI, prefix: str, hot: dict) -> None:
             for name, handler in hot.items()
         },
     )
+
+
+def _url_key(shared: SharedTable, who: Principal) -> str:
+    """What the server's own file URLs name, under their signature: the table, the recipient they
+    were issued to, and that recipient's partition slice of it when it has one."""
+    part = shared.slice(who)
+    key = f"{shared.key}~{recipient_key(who.name)}"
+    return key if part is None else f"{key}~{part.digest}"
 
 
 def _note_download(shared: SharedTable) -> None:

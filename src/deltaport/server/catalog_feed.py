@@ -1,13 +1,15 @@
-"""Keeps what the server serves in step with the catalog database.
+"""Keeps what the server serves in step with its source: the catalog database, or a config file.
 
-A daemon thread polls the catalog's revision (one indexed row) every ``poll_seconds`` and, when
-it moved, loads the served catalog and hands it to ``apply``: a change made through another replica
-is served here within about one poll. ``reload_now`` does the same at once, for this server's own
-admin writes (a revoked token is refused by the very next request). Loads are single-flight: calls
-that arrive while one runs share the next one.
+A daemon thread polls the source's revision every ``poll_seconds`` (the catalog's: one indexed
+row; a config file's: a digest of its bytes) and, when it moved, loads what the source serves and
+hands it to ``apply``: a change made through another replica, or an edit of the config file, is
+served within about one poll. ``wake`` polls at once (SIGHUP). ``reload_now`` loads at once, for
+this server's own admin writes (a revoked token is refused by the very next request). Loads are
+single-flight: calls that arrive while one runs share the next one.
 
-When the database goes away, the last catalog loaded keeps serving; the outage and the recovery
-are logged once each.
+When the source cannot be read or loaded (the database went away, an edit broke the file), the
+last catalog loaded keeps serving; the failure is logged once for each broken revision, and the
+recovery once.
 """
 
 from __future__ import annotations
@@ -16,9 +18,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-from deltaport.catalog.store import CatalogDB, ServedCatalog
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.delta.schema import Schema
 from deltaport.errors import DeltaportError, InvalidParameter, StorageUnavailable, public_message
@@ -27,17 +28,39 @@ from deltaport.server.registry import StoreOpener
 log = logging.getLogger("deltaport.server")
 
 
-class CatalogFeed:
-    def __init__(self, db: CatalogDB, apply: Callable[[ServedCatalog], None], *, poll_seconds: float = 1.0) -> None:
-        self._db = db
+class _Loaded(Protocol):
+    @property
+    def revision(self) -> Any: ...
+
+
+L = TypeVar("L", bound=_Loaded)
+L_co = TypeVar("L_co", bound=_Loaded, covariant=True)
+
+
+class FeedSource(Protocol[L_co]):
+    """What a feed serves from: the catalog database (:class:`deltaport.catalog.store.CatalogDB`)
+    or a config file (config_file.py)."""
+
+    def revision(self) -> Any: ...
+
+    def served(self) -> L_co: ...
+
+
+class CatalogFeed(Generic[L]):
+    def __init__(
+        self, source: FeedSource[L], apply: Callable[[L], None], *, poll_seconds: float = 1.0, what: str = ""
+    ) -> None:
+        self._source = source
         self._apply = apply
         self._poll_seconds = poll_seconds
+        self._what = what or "catalog database"
         self._lock = threading.Lock()
-        self._loaded = -1
+        self._loaded: Any = None
         self._last_start = -1  # time.monotonic_ns() when the newest load began reading
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failing = False
+        self._failing: tuple[Any, ...] | None = None  # (revision,) that failed; (None,) when unreadable
 
     def start_polling(self) -> None:
         self._thread = threading.Thread(target=self._poll, name="deltaport-catalog-feed", daemon=True)
@@ -45,38 +68,51 @@ class CatalogFeed:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
+    def wake(self) -> None:
+        """Poll now rather than at the next interval (safe from a signal handler)."""
+        self._wake.set()
+
     def reload_now(self) -> None:
-        """Serves the catalog as the database holds it now (after this server's own write). A load
-        that began reading after this call was made holds everything committed before it, so a
-        caller that waited for the lock behind such a load returns without loading again."""
+        """Serves the source as it is now (after this server's own write). A load that began
+        reading after this call was made holds everything committed before it, so a caller that
+        waited for the lock behind such a load returns without loading again."""
         asked = time.monotonic_ns()
         with self._lock:
             if self._last_start > asked:
                 return
             self._last_start = time.monotonic_ns()
-            served = self._db.served()
+            served = self._source.served()
             self._apply(served)
             self._loaded = served.revision
 
     def _poll(self) -> None:
-        while not self._stop.wait(self._poll_seconds):
-            try:
-                if self._db.revision() != self._loaded:
-                    self.reload_now()
-            except DeltaportError as exc:
-                if not self._failing:
-                    log.warning("catalog database unavailable, serving the catalog last loaded: %s", exc)
-                self._failing = True
-                continue
-            except Exception:  # a bug must not end the feed: log it and keep the last catalog
-                log.exception("loading the catalog failed; serving the catalog last loaded")
-                continue
-            if self._failing:
-                log.warning("catalog database back: serving its current catalog")
-                self._failing = False
+        while True:
+            self._wake.wait(self._poll_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            self.check()
+
+    def check(self) -> None:
+        """Load the source if its revision moved; on failure keep serving what was loaded last."""
+        revision = None
+        try:
+            revision = self._source.revision()
+            if revision != self._loaded:
+                self.reload_now()
+        except Exception as exc:  # a bug must not end the feed either: logged, the last catalog kept
+            if self._failing != (revision,):
+                reason = str(exc) if isinstance(exc, DeltaportError) else repr(exc)
+                log.error("%s could not be loaded, serving the catalog last loaded: %s", self._what, reason)
+            self._failing = (revision,)
+            return
+        if self._failing is not None:
+            log.warning("%s loaded again: serving its current catalog", self._what)
+            self._failing = None
 
 
 def describe_delta_table(

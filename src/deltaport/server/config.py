@@ -5,6 +5,7 @@ An unknown key is refused with the nearest valid key named. Every error names th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 import hashlib
@@ -82,6 +83,8 @@ class ServerConfig:
     activation_link_ttl_seconds: int = 7 * 24 * 3600
     catalog_poll_seconds: float = 1.0
     trusted_proxies: tuple[str, ...] = ()  # addresses/CIDRs whose X-Forwarded-For is believed
+    audit_log: str | None = None  # file the audit events are appended to (JSON lines, rotated)
+    source: str | None = None  # the config file this was loaded from (re-read when it changes)
 
     @property
     def auth_enabled(self) -> bool:
@@ -127,12 +130,13 @@ _KEYS = {
         "activationLinkTtlSeconds",
         "catalogPollSeconds",
         "trustedProxies",
+        "auditLog",
         *_REFERENCE_ONLY,
     ),
     "a share": ("name", "id", "schemas"),
     "a schema": ("name", "tables"),
     "a table": ("name", "location", "id", "historyShared", "startVersion", "storageOptions"),
-    "a recipient": ("name", "tokens", "shares", "expirationTime"),
+    "a recipient": ("name", "tokens", "shares", "expirationTime", "allowedIpAddresses"),
     "'ssl'": ("selfSigned", "certificateFile", "certificateKeyFile", "certificatePasswordFile"),
     "'authorization'": ("bearerToken",),
 }
@@ -265,8 +269,12 @@ def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
     if not isinstance(shares, list):
         raise ConfigError(f"'shares' of recipient '{name}' must be a list of share names")
     expires = _expiration(d.get("expirationTime"), str(name))
+    allowed = _ip_list(d.get("allowedIpAddresses"), f"'allowedIpAddresses' of recipient '{name}'")
     return RecipientConfig(
-        str(name), tuple(TokenHash(h, expires) for h in hashes), tuple(str(s).lower() for s in shares)
+        str(name),
+        tuple(TokenHash(h, expires) for h in hashes),
+        tuple(str(s).lower() for s in shares),
+        allowed_ip_addresses=allowed,
     )
 
 
@@ -445,21 +453,33 @@ def _service_settings(d: Mapping[str, Any], base: Path | None) -> dict[str, Any]
             d.get("activationLinkTtlSeconds", 7 * 24 * 3600), "activationLinkTtlSeconds", minimum=60
         ),
         "catalog_poll_seconds": _seconds(d.get("catalogPollSeconds", 1.0), "catalogPollSeconds"),
-        "trusted_proxies": _trusted_proxies(d.get("trustedProxies")),
+        "trusted_proxies": _ip_list(d.get("trustedProxies"), "'trustedProxies'"),
+        "audit_log": _audit_log(d.get("auditLog"), base),
     }
 
 
-def _trusted_proxies(value: Any) -> tuple[str, ...]:
+def _ip_list(value: Any, what: str) -> tuple[str, ...]:
+    """A list of IP addresses and CIDR blocks (IPv4 or IPv6), e.g. ['10.0.0.0/8', '2001:db8::1']."""
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError("'trustedProxies' must be a list of proxy addresses or CIDRs, e.g. ['10.0.0.0/8']")
+        raise ConfigError(f"{what} must be a list of IP addresses or CIDRs, e.g. ['10.0.0.0/8']")
     for entry in value:
         try:
             ipaddress.ip_network(entry, strict=False)
         except ValueError:
-            raise ConfigError(f"'trustedProxies' entry {entry!r} is not an IP address or CIDR") from None
+            raise ConfigError(f"{what} entry {entry!r} is not an IP address or CIDR") from None
     return tuple(value)
+
+
+def _audit_log(value: Any, base: Path | None) -> str | None:
+    """The audit log's file: a path, relative to the config file's folder."""
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"'auditLog' must be the path of a file to append audit events to, not {value!r}")
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() or base is None else base / path)
 
 
 def _seconds(value: Any, key: str) -> float:
@@ -480,4 +500,4 @@ def load_config(path: str | Path) -> ServerConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"the config file {p} is not valid YAML: {exc}") from exc
-    return parse_config(data, base=p.resolve().parent)
+    return dataclasses.replace(parse_config(data, base=p.resolve().parent), source=str(p.resolve()))

@@ -1,0 +1,390 @@
+"""Serving from a big catalog database versus from a YAML config: /version and /metadata requests/s.
+
+    python benchmarks/catalog_serving.py [--shares 1000] [--recipients 10000] [--seconds 10]
+                                         [--rounds 2] [--connections 16] [--workdir .bench] [--rebuild]
+
+(a) ``deltaport serve`` on a SQLite catalog of ``--shares`` shares (share i holds 1 + i mod 10
+    tables, shared as ``s.t0`` … ``s.t9``; they point at ten corpus tables) and ``--recipients``
+    recipients, each with an activated token and 1-3 grants, plus the measured recipient; built
+    once through ``deltaport.catalog.store.CatalogDB`` (on tmpfs, then copied into ``--workdir``
+    and reused; each run serves a fresh copy of it, where the measured recipient's token is rotated
+    to a new one).
+(b) ``deltaport serve`` on a YAML config sharing the same table to one recipient; with
+    ``--yaml-audit`` it writes an audit event per request to an ``auditLog`` file, as the catalog
+    server does to its database (like for like).
+
+Both are their own processes on 127.0.0.1 as the CLI starts them (one uvicorn worker, the default
+keying worker), running side by side and pinned to CPU 0 when the machine has two or more; the load
+is ``wrk -t1 -c16`` pinned to CPU 1 (without wrk, a Python client measures, and says so). The
+same recipient request, with its bearer token, goes to both: GET .../tables/t0/version and
+.../metadata of basic_partitioned, the snapshot warmed first. Servers take turns per route and
+round, the order swapped every round. Every answer must be a 200: wrk's non-2xx count must be 0.
+
+Printed: requests/s of each server per round, their means and the ratio catalog/YAML (target:
+the catalog within 10 % of YAML, ratio >= 0.90); the least CPU time the server process (all its
+threads) spent per request in a round, the steadier figure on a machine other work shares; how
+long the catalog takes to load, in this process (the read, the server's registry built from it, a
+reload as after a change, the whole app made from the catalog config against one made from the
+YAML config) and each server's start to /health as a process; each server's RSS after the load
+(and its peak, VmHWM), the keying worker's shown apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from serve_process import ServeProcess, children, status_mb  # beside this script
+
+HERE = Path(__file__).resolve().parent
+SHARED = Path(os.environ.get("DELTAPORT_SHARED", HERE.parents[1] / "shared"))
+TABLES = SHARED / "delta-tables"
+# ten corpus tables; the first one is the measured one
+CORPUS = (
+    "basic_partitioned",
+    "table-without-dv-small",
+    "table-with-dv-small",
+    "cdf-table",
+    "cdf-table-non-partitioned",
+    "cdf-table-partitioned",
+    "cdf-table-simple",
+    "basic-decimal-table",
+    "mixed-nulls",
+    "parsed-stats",
+)
+MEASURED_SHARE = "share0009"  # one of the shares of ten tables
+TABLE_PATH = "/delta-sharing/shares/{share}/schemas/s/tables/t0"
+ROUTES = ("version", "metadata")
+TARGET = 0.90
+
+
+# --- the catalog --------------------------------------------------------------------------------
+
+
+def build_catalog(path: Path, shares: int, recipients: int) -> float:
+    """The benchmark's catalog as the SQLite file ``path``, built on tmpfs (fsync costs nothing
+    there) and copied in place; the seconds it took."""
+    from deltaport.catalog.model import SharedObject
+    from deltaport.catalog.store import CatalogDB, ObjectUpdate, PermissionChange
+
+    started = time.perf_counter()
+    scratch = Path(
+        tempfile.mkdtemp(prefix="deltaport-catalog-bench-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
+    )
+    try:
+        db = CatalogDB(f"sqlite:///{scratch / 'catalog.db'}")
+        db.create_catalog("main", storage_root=str(TABLES))
+        db.create_schema("main", "bench")
+        for i, name in enumerate(CORPUS):
+            db.create_table("main", "bench", f"t{i}", str(TABLES / name))
+        grants: dict[str, list[str]] = {}
+        for i in range(shares):
+            share = f"share{i:04d}"
+            db.create_share(share)
+            objects = [
+                ObjectUpdate("ADD", SharedObject(name=f"main.bench.t{k}", shared_as=f"s.t{k}"))
+                for k in range(1 + i % 10)
+            ]
+            db.update_share(share, updates=objects)
+            grants[share] = []
+        names = list(grants)
+        for j in range(recipients):
+            recipient = f"recipient{j:05d}"
+            _, activation = db.create_recipient(recipient)
+            db.activate(activation)  # the bearer token is made and dropped: only its digest is kept
+            for g in range(1 + j % 3):
+                grants[names[(j * 7 + g * 331) % len(names)]].append(recipient)
+            if j and j % 2000 == 0:
+                print(f"  {j:,} recipients ({time.perf_counter() - started:.0f} s)", flush=True)
+        db.create_recipient("measured")
+        grants[MEASURED_SHARE].append("measured")
+        for share, principals in grants.items():
+            if principals:
+                db.update_permissions(share, [PermissionChange(p, add=("SELECT",)) for p in sorted(set(principals))])
+        db.close()
+        _copy_sqlite(scratch / "catalog.db", path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return time.perf_counter() - started
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy (the WAL folded in) through SQLite's backup API."""
+    partial = target.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    src, dst = sqlite3.connect(source), sqlite3.connect(partial)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    partial.replace(target)
+
+
+def measured_token(path: Path) -> str:
+    """A fresh bearer token of the measured recipient in the catalog at ``path`` (its earlier one
+    ends now)."""
+    from deltaport.catalog.store import CatalogDB
+
+    db = CatalogDB(f"sqlite:///{path}")
+    try:
+        _, activation = db.rotate_token("measured", 0)
+        _, bearer, _ = db.activate(activation)
+    finally:
+        db.close()
+    return bearer
+
+
+def load_times(path: Path, yaml_config: dict) -> dict[str, float]:
+    """How long loading the catalog at ``path`` takes, in this process (seconds): ``read``, the
+    served catalog read in one transaction; ``registry``, the server's registry built from it;
+    ``reload``, both as the catalog feed does after a change; ``app``, the server's app made from
+    a catalog config (the database opened, its schema checked, the catalog loaded) and ``yaml_app``
+    from the YAML config, for comparison. Also the counts: ``shares``, ``tables``, ``recipients``."""
+    from deltaport.catalog.store import CatalogDB
+    from deltaport.server import create_app, parse_config
+
+    create_app(parse_config(yaml_config))  # the imports and first-call costs out of the way
+    started = time.perf_counter()
+    create_app(parse_config(yaml_config))
+    yaml_app = time.perf_counter() - started
+    started = time.perf_counter()
+    app = create_app(parse_config({"version": 1, "catalog": str(path)}))  # loads the catalog before returning
+    whole = time.perf_counter() - started
+    db = CatalogDB(f"sqlite:///{path}")
+    try:
+        started = time.perf_counter()
+        served = db.served()
+        read = time.perf_counter() - started
+    finally:
+        db.close()
+    started = time.perf_counter()
+    app.state.service.serve_catalog(served.shares, served.recipients)
+    registry = time.perf_counter() - started
+    started = time.perf_counter()
+    app.state.catalog_feed.reload_now()
+    reload = time.perf_counter() - started
+    return {
+        "read": read,
+        "registry": registry,
+        "reload": reload,
+        "app": whole,
+        "yaml_app": yaml_app,
+        "shares": len(served.shares),
+        "tables": sum(len(schema.tables) for share in served.shares for schema in share.schemas),
+        "recipients": len(served.recipients),
+    }
+
+
+# --- the servers and the load -------------------------------------------------------------------
+
+
+def _pin(pid: int, cpu: int) -> None:
+    """Every thread of ``pid`` and of its children onto ``cpu`` (when the machine has two CPUs)."""
+    if (os.cpu_count() or 1) < 2:
+        return
+    for process in (pid, *children(pid)):
+        for task in Path(f"/proc/{process}/task").iterdir():
+            try:
+                os.sched_setaffinity(int(task.name), {cpu})
+            except OSError:
+                continue
+
+
+def _pinned(cpu: int) -> list[str]:
+    return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+
+
+class Load:
+    """wrk (or a Python client) against one URL, the bearer token in a Lua script only this user
+    can read (never on a command line)."""
+
+    def __init__(self, bearer: str, workdir: Path, connections: int) -> None:
+        self.bearer = bearer
+        self.connections = connections
+        self.script = workdir / "auth.lua"
+        self.script.touch(mode=0o600)
+        self.script.write_text(f'wrk.headers["Authorization"] = "Bearer {bearer}"\n')
+
+    def rate(self, url: str, seconds: int) -> tuple[float, int, str]:
+        """Requests per second, requests answered, and how the load was made."""
+        if shutil.which("wrk"):
+            command = [*_pinned(1), "wrk", "-t1", f"-c{self.connections}", f"-d{seconds}s", "-s", str(self.script), url]
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            rate = next((float(line.split()[1]) for line in out.splitlines() if line.startswith("Requests/sec:")), None)
+            count = next((int(line.split()[0]) for line in out.splitlines() if " requests in " in line), None)
+            if rate is None or count is None or "Non-2xx" in out or "Socket errors" in out:
+                raise SystemExit(f"wrk did not get only 200s from {url}:\n{out}")
+            return rate, count, f"wrk -t1 -c{self.connections}"
+        n, started = 0, time.perf_counter()
+        with httpx.Client(headers={"Authorization": f"Bearer {self.bearer}"}) as client:
+            while time.perf_counter() - started < seconds:
+                if client.get(url).status_code != 200:
+                    raise SystemExit(f"not a 200 from {url}")
+                n += 1
+        return n / (time.perf_counter() - started), n, "python client, one connection (wrk not installed)"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start(config: dict, workdir: Path, bearer: str, path: str) -> tuple[ServeProcess, float]:
+    """A server process, pinned, its table warmed; and the seconds from its start to /health."""
+    started = time.perf_counter()
+    server = ServeProcess(config, workdir)
+    up = time.perf_counter() - started
+    time.sleep(1)  # its keying worker starts in the background
+    _pin(server.proc.pid, 0)
+    headers = {"Authorization": f"Bearer {bearer}"}
+    for route in ROUTES:
+        answer = httpx.get(f"{server.base}{path}/{route}", headers=headers, timeout=60)
+        if answer.status_code != 200:
+            server.stop()
+            raise SystemExit(f"{server.base}{path}/{route}: {answer.status_code} {answer.text}")
+    return server, up
+
+
+def memory(server: ServeProcess) -> str:
+    pid = server.proc.pid
+    worker = sum(status_mb(child, "VmRSS:") for child in children(pid))
+    return (
+        f"RSS {status_mb(pid, 'VmRSS:'):5.0f} MB, peak {status_mb(pid, 'VmHWM:'):5.0f} MB "
+        f"(+ keying worker {worker:.0f} MB)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shares", type=int, default=1000)
+    ap.add_argument("--recipients", type=int, default=10_000)
+    ap.add_argument("--seconds", type=int, default=10, help="per measurement")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--workdir", default=str(HERE.parent / ".bench"))
+    ap.add_argument("--rebuild", action="store_true", help="build the catalog again even when it is there")
+    ap.add_argument(
+        "--yaml-audit",
+        action="store_true",
+        help="give the YAML server an auditLog file, so that both servers write an audit event per request",
+    )
+    args = ap.parse_args()
+    if args.shares < 10:
+        ap.error("--shares must be at least 10 (the measured share is the tenth)")
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    cached = work / f"catalog-{args.shares}-shares-{args.recipients}-recipients.db"
+    if args.rebuild or not cached.exists():
+        print(f"building the catalog: {args.shares:,} shares, {args.recipients:,} recipients ...", flush=True)
+        print(f"  built in {build_catalog(cached, args.shares, args.recipients):.1f} s -> {cached}")
+
+    with tempfile.TemporaryDirectory(prefix="deltaport-catalog-serving-", dir=work) as tmp:
+        run = Path(tmp)
+        os.chmod(run, 0o700)
+        catalog = run / "catalog.db"
+        shutil.copyfile(cached, catalog)
+        bearer = measured_token(catalog)
+        (run / "catalog").mkdir()
+        (run / "yaml").mkdir()
+        catalog_path = TABLE_PATH.format(share=MEASURED_SHARE)
+        yaml_path = TABLE_PATH.format(share="yamlshare")
+        yaml_config = {
+            "version": 1,
+            "shares": [
+                {
+                    "name": "yamlshare",
+                    "schemas": [{"name": "s", "tables": [{"name": "t0", "location": str(TABLES / CORPUS[0])}]}],
+                }
+            ],
+            "recipients": [{"name": "measured", "tokens": [f"sha256:{_digest(bearer)}"], "shares": ["yamlshare"]}],
+        }
+        if args.yaml_audit:  # like for like: the catalog server audits every request into its database
+            yaml_config["auditLog"] = str(run / "yaml" / "audit.jsonl")
+        loading = load_times(catalog, yaml_config)
+        load = Load(bearer, run, args.connections)
+        servers: dict[str, tuple[ServeProcess, str]] = {}
+        ups: dict[str, float] = {}
+        try:
+            server, ups["catalog"] = start(
+                {"version": 1, "catalog": str(catalog)}, run / "catalog", bearer, catalog_path
+            )
+            servers["catalog"] = (server, catalog_path)
+            server, ups["yaml"] = start(yaml_config, run / "yaml", bearer, yaml_path)
+            servers["yaml"] = (server, yaml_path)
+            rates: dict[tuple[str, str], list[float]] = {(k, r): [] for k in servers for r in ROUTES}
+            cpus: dict[tuple[str, str], list[float]] = {(k, r): [] for k in servers for r in ROUTES}
+            how = ""
+            for round_ in range(args.rounds):
+                order = ("catalog", "yaml") if round_ % 2 == 0 else ("yaml", "catalog")
+                for route in ROUTES:
+                    for kind in order:
+                        server, path = servers[kind]
+                        used = cpu_seconds(server.proc.pid)
+                        rate, count, how = load.rate(f"{server.base}{path}/{route}", args.seconds)
+                        cpu_us = (cpu_seconds(server.proc.pid) - used) / count * 1e6
+                        rates[(kind, route)].append(rate)
+                        cpus[(kind, route)].append(cpu_us)
+                        print(
+                            f"  round {round_ + 1} {route:9s} {kind:8s} {rate:9,.0f} req/s "
+                            f"{cpu_us:6.1f} us server CPU/request",
+                            flush=True,
+                        )
+            memories = {kind: memory(server) for kind, (server, _) in servers.items()}
+        finally:
+            for server, _ in servers.values():
+                server.stop()
+
+    print(
+        f"\ncatalog: {loading['shares']:,} shares, {loading['tables']:,} shared tables, "
+        f"{loading['recipients']:,} recipients with a token "
+        f"(SQLite); YAML: 1 share, 1 table, 1 recipient{', auditLog file' if args.yaml_audit else ''}. "
+        f"Load: {how}, {args.seconds} s each, {args.rounds} rounds, "
+        "servers taking turns"
+    )
+    print(
+        f"{'route':10s} {'catalog req/s':>14s} {'YAML req/s':>11s} {'catalog/YAML':>13s}  {'target':14s}  "
+        f"{'least server CPU/request: catalog':>34s} {'YAML':>8s} {'ratio':>6s}"
+    )
+    met = True
+    for route in ROUTES:
+        cat, yml = statistics.mean(rates[("catalog", route)]), statistics.mean(rates[("yaml", route)])
+        ratio = cat / yml
+        met &= ratio >= TARGET
+        cat_cpu, yml_cpu = min(cpus[("catalog", route)]), min(cpus[("yaml", route)])
+        print(
+            f"/{route:9s} {cat:14,.0f} {yml:11,.0f} {ratio:13.3f}  "
+            f"{f'>= {TARGET:.2f} ' + ('MET' if ratio >= TARGET else 'MISSED'):14s}  "
+            f"{cat_cpu:31.1f} us {yml_cpu:5.1f} us {cat_cpu / yml_cpu:6.2f}"
+        )
+        each = " / ".join(f"{c:,.0f} vs {y:,.0f}" for c, y in zip(rates[("catalog", route)], rates[("yaml", route)]))
+        print(f"{'':10s} per round, catalog vs YAML req/s: {each}")
+    ms = {key: value * 1000 for key, value in loading.items()}
+    print(
+        f"catalog load, in-process: read {ms['read']:.0f} ms + registry {ms['registry']:.0f} ms; a reload (as "
+        f"after a change) {ms['reload']:.0f} ms; the server's app from the catalog config {ms['app']:.0f} ms "
+        f"vs from the YAML config {ms['yaml_app']:.0f} ms"
+    )
+    print(f"process start to /health: catalog {ups['catalog']:.2f} s, YAML {ups['yaml']:.2f} s")
+    for kind, text in memories.items():
+        print(f"{kind:8s} server after the load: {text}")
+    print(f"overall: {'MET' if met else 'MISSED'} (catalog within {1 - TARGET:.0%} of YAML on every route)")
+
+
+def _digest(token: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+if __name__ == "__main__":
+    main()
