@@ -345,8 +345,6 @@ def _run(application, host: str, port: int, cfg) -> None:
 
     import uvicorn
 
-    from deltaport.server.allocator import settle_allocators
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     ssl: dict[str, Any] = {}
     if cfg.ssl is not None and cfg.ssl.self_signed:
@@ -364,7 +362,6 @@ def _run(application, host: str, port: int, cfg) -> None:
 
             ssl["ssl_keyfile_password"] = Path(cfg.ssl.certificate_password_file).read_text().strip()
     _warm_up()
-    settle_allocators()  # memory stays level under sustained load (server/allocator.py)
     scheme = f"http{'s' if ssl else ''}"
     shares = len(application.state.service.config.shares)
     typer.echo(f"serving {shares} share(s) on {scheme}://{host}:{port}{cfg.endpoint}")
