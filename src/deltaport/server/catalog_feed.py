@@ -106,7 +106,7 @@ class CatalogFeed(Generic[L]):
                 self.reload_now()
         except Exception as exc:  # a bug must not end the feed either: logged, the last catalog kept
             if self._failing != (revision,):
-                reason = str(exc) if isinstance(exc, DeltaportError) else repr(exc)
+                reason = exc.operator_message if isinstance(exc, DeltaportError) else repr(exc)  # operator's log
                 log.error("%s could not be loaded, serving the catalog last loaded: %s", self._what, reason)
             self._failing = (revision,)
             return
