@@ -136,6 +136,28 @@ class FileUrls:
         return url
 
 
+def run_examples(operation, mode, examples: int, seed: int, steer, send) -> None:
+    """At most ``examples`` requests of ``operation`` in generation ``mode``, reproducibly from
+    ``seed``, each handed to ``send(case, how, pick)`` with ``how`` drawn from ``steer``."""
+
+    @hypothesis.seed(seed)
+    @settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @hypothesis.given(case=operation.as_strategy(generation_mode=mode), how=steer, pick=st.integers(0, 10**6))
+    def one(case, how, pick):
+        send(case, how, pick)
+
+    try:
+        one()
+    except hypothesis.errors.Unsatisfiable:  # nothing to make invalid (an operation without inputs)
+        pass
+
+
 @dataclasses.dataclass
 class Finding:
     route: str
@@ -277,22 +299,7 @@ class Fuzzer:
             }
         )
 
-        @hypothesis.seed(seed)
-        @settings(
-            max_examples=examples,
-            database=None,
-            deadline=None,
-            phases=[Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        )
-        @hypothesis.given(case=operation.as_strategy(generation_mode=mode), how=steer, pick=st.integers(0, 10**6))
-        def one(case, how, pick):
-            self.send(case, how, pick)
-
-        try:
-            one()
-        except hypothesis.errors.Unsatisfiable:  # nothing to make invalid (an operation without inputs)
-            pass
+        run_examples(operation, mode, examples, seed, steer, self.send)
 
     def send(self, case, how: dict, pick: int) -> None:
         route = f"{case.method} {case.path}"

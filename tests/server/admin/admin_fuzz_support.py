@@ -35,10 +35,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-import hypothesis
 import orjson
 import requests
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
@@ -51,7 +49,7 @@ from deltaport.server.admin.activation import ACTIVATION_PAGE
 from deltaport.server.errors import ADMIN_PREFIX
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fuzz_support, one folder up
-from fuzz_support import TABLES, TRACEBACK_MARKS, Finding, Tally, load_schema  # noqa: E402
+from fuzz_support import TABLES, TRACEBACK_MARKS, Finding, Tally, load_schema, run_examples  # noqa: E402
 
 __all__ = ["ADMIN_TOKEN", "AdminFuzzer", "AdminWorld", "Tally", "admin_answer_problems", "admin_app", "load_schema"]
 
@@ -355,22 +353,7 @@ class AdminFuzzer:
             self.tally.seconds += time.perf_counter() - start
 
     def _run_operation(self, operation, mode, examples: int, seed: int) -> None:
-        @hypothesis.seed(seed)
-        @settings(
-            max_examples=examples,
-            database=None,
-            deadline=None,
-            phases=[Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        )
-        @hypothesis.given(case=operation.as_strategy(generation_mode=mode), how=_STEER, pick=st.integers(0, 10**6))
-        def one(case, how, pick):
-            self.send(case, how, pick)
-
-        try:
-            one()
-        except hypothesis.errors.Unsatisfiable:  # nothing to make invalid (an operation without inputs)
-            pass
+        run_examples(operation, mode, examples, seed, _STEER, self.send)
 
     def send(self, case, how: dict, pick: int) -> None:
         route = f"{case.method} {case.path}"
