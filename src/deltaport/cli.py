@@ -125,11 +125,13 @@ def serve(
     """Serve the shares of a config file, or of its catalog database, over the Delta Sharing protocol."""
     from deltaport.errors import DeltaportError
     from deltaport.server import create_app, load_config
+    from deltaport.server.memory import use_server_pool
 
     try:
         cfg = load_config(config)
     except DeltaportError as exc:
         _fail(exc)
+    use_server_pool()
     if keying_processes is None:
         keying_processes = 1 if (os.cpu_count() or 1) >= 2 else 0
     _run(

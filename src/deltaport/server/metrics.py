@@ -17,6 +17,8 @@ recipient and share names of the served config; never a token or a URL's query):
 - ``deltaport_snapshot_cache_hits_total``, ``..._misses_total``, ``..._entries``, ``..._bytes``: the
   snapshot cache (its lookups since it was made; what it holds).
 - ``deltaport_active_streams``: NDJSON responses being streamed now.
+- ``deltaport_arrow_allocated_bytes{pool}``: bytes allocated from Arrow's memory pool and not yet
+  freed; ``pool`` names its allocator (``deltaport serve`` uses jemalloc: see server/memory.py).
 
 Each app has its own :class:`~prometheus_client.CollectorRegistry` (two apps in one process never
 collide), except in multi-process mode: when ``PROMETHEUS_MULTIPROC_DIR`` names a directory (set
@@ -36,6 +38,7 @@ import os
 import threading
 from typing import Optional
 
+import pyarrow as pa
 from fastapi import FastAPI, Header, Request
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess, values
 from prometheus_client.exposition import choose_encoder
@@ -149,6 +152,13 @@ class ServerMetrics:
             registry=registry,
             multiprocess_mode="livesum",
         )
+        self.arrow_bytes = Gauge(
+            "deltaport_arrow_allocated_bytes",
+            "Bytes held by allocations from Arrow's memory pool, by the pool's allocator",
+            ("pool",),
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
         self.cache = _CacheFigures(cache, registry)
         self.exposed = registry
         if self.multiprocess_dir is not None:
@@ -174,6 +184,7 @@ class ServerMetrics:
             self._served(info)
         if self.multiprocess_dir is not None:
             self.cache.sync(always=False)
+            self._arrow()
 
     def _served(self, info: RequestInfo) -> None:
         who = info.principal or "anonymous"
@@ -186,8 +197,13 @@ class ServerMetrics:
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """The exposition for a scraper that sent ``accept``, and its content type."""
         self.cache.sync()
+        self._arrow()
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.exposed), content_type
+
+    def _arrow(self) -> None:
+        pool = pa.default_memory_pool()
+        self.arrow_bytes.labels(pool.backend_name).set(pool.bytes_allocated())
 
     def close(self) -> None:
         """The app shuts down: in multi-process mode this worker's live gauges stop counting."""
