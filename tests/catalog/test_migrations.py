@@ -15,6 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from deltaport.catalog import db
+from deltaport.catalog.model import AuditEvent
 from deltaport.catalog.store import CatalogDB
 from deltaport.errors import CatalogUnavailable
 
@@ -25,6 +26,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS = ROOT / "src" / "deltaport" / "catalog" / "migrations"
+HEAD = "0002"
 
 
 def _engine(url):
@@ -37,7 +39,7 @@ def test_the_migrated_schema_is_the_one_the_code_defines(catalog_url):
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(context, db.metadata) == []
-        assert context.get_current_heads() == ("0001",)
+        assert context.get_current_heads() == (HEAD,)
         assert conn.execute(sa.select(db.catalog_state)).all() == [(1, 1)]
     engine.dispose()
 
@@ -68,6 +70,67 @@ def test_downgrade_to_nothing_and_up_again(catalog_url):
     store = CatalogDB(catalog_url)
     assert store.revision() == 1
     store.close()
+
+
+def _at_0001_with_events(catalog_url, events):
+    """A database at revision 0001 holding ``events`` (column values) in its audit_events table."""
+    CatalogDB(catalog_url).close()
+    engine = db.engine_for(catalog_url)
+    with engine.connect() as conn:
+        with conn.begin():
+            command.downgrade(db._alembic_config(conn), "0001")
+        with conn.begin():
+            table = sa.Table("audit_events", sa.MetaData(), autoload_with=conn)
+            conn.execute(table.insert(), events)
+    engine.dispose()
+
+
+def test_audit_events_stored_one_per_row_move_into_blocks_in_order(catalog_url):
+    rows = [
+        dict(
+            time=1000 + i,
+            request_id=f"r{i}",
+            principal="alice" if i % 2 else "bob",
+            action="queryTable",
+            status=200,
+            share="Sales",
+            share_lc="sales",
+            detail={"n": i} if i == 3 else {},
+        )
+        for i in range(2500)
+    ]
+    _at_0001_with_events(catalog_url, rows)
+    store = CatalogDB(catalog_url)  # migrates to the head
+    try:
+        stored = [e for _, e in store.audit_events(limit=10_000)]
+        assert [(e.request_id, e.principal, e.time, e.share) for e in stored] == [
+            (r["request_id"], r["principal"], r["time"], r["share"]) for r in rows
+        ]
+        assert stored[3].detail == {"n": 3} and stored[4].detail == {}
+        assert [e.request_id for _, e in store.audit_events(principal="bob", share="SALES", limit=3)] == [
+            "r0",
+            "r2",
+            "r4",
+        ]
+    finally:
+        store.close()
+
+
+def test_a_downgrade_moves_the_blocks_back_into_rows(catalog_url):
+    store = CatalogDB(catalog_url)
+    store.add_audit_events(
+        [AuditEvent(time=7 + i, request_id=f"r{i}", principal="p", action="a", status=200) for i in range(5)]
+    )
+    store.close()
+    engine = db.engine_for(catalog_url)
+    with engine.connect() as conn:
+        with conn.begin():
+            command.downgrade(db._alembic_config(conn), "0001")
+        table = sa.Table("audit_events", sa.MetaData(), autoload_with=conn)
+        assert [tuple(r) for r in conn.execute(sa.select(table.c.time, table.c.request_id).order_by(table.c.id))] == [
+            (7 + i, f"r{i}") for i in range(5)
+        ]
+    engine.dispose()
 
 
 def test_a_database_from_a_newer_deltaport_is_refused(catalog_url):
@@ -121,7 +184,7 @@ def test_processes_opening_a_fresh_database_at_once_migrate_it_once(catalog_url,
         store.close()
     engine = _engine(catalog_url)
     with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).all() == [("0001",)]
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).all() == [(HEAD,)]
         assert conn.execute(sa.select(sa.func.count()).select_from(db.catalog_state)).scalar_one() == 1
     engine.dispose()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from deltaport.catalog import store_audit
 from deltaport.catalog.model import AuditEvent
 from deltaport.errors import InvalidParameter
 
@@ -34,6 +35,27 @@ def test_events_come_back_as_stored(store):
     store.add_audit_events([full, event(1)])
     (first_id, first), (second_id, second) = store.audit_events()
     assert first == full and second == event(1) and second_id > first_id
+
+
+def test_a_large_batch_of_every_kind_of_value_comes_back_as_stored(store):
+    batch = [
+        event(
+            i,
+            principal=f'r\u00e9cipient "{i}" \\ \n',
+            client_ip=None if i % 2 else "::1",
+            user_agent="\u6f22\u5b57 \U0001f600",
+            share="S" if i % 3 else None,
+            version=2**62 + i,
+            files=0,
+            bytes=2**53 + 1,
+            duration_ms=float(i) / 3,
+            detail={"i": i} if i % 5 == 0 else {},
+        )
+        for i in range(3000)
+    ]
+    store.add_audit_events(batch)
+    stored = [e for _, e in store.audit_events(limit=3000)]
+    assert stored == batch
 
 
 def test_a_value_json_cannot_hold_is_kept_as_text(store):
@@ -73,6 +95,30 @@ def test_filters_and_paging(store):
     assert ids_of(after_id=ids[3]) == ["req-4", "req-5"]
     assert ids_of(limit=2) == ["req-0", "req-1"]
     assert ids_of(after_id=ids[1], limit=2, principal="alice") == ["req-2", "req-3"]
+
+
+def test_paging_through_many_blocks_sees_every_match_once_in_order(store, monkeypatch):
+    """Batches become blocks (a big batch several); a reader paging with filters crosses them,
+    and blocks are read a few at a time."""
+    monkeypatch.setattr(store_audit, "BLOCK_EVENTS", 7)
+    monkeypatch.setattr(store_audit, "_BLOCKS_PER_READ", 2)
+    written = []
+    for batch in range(6):
+        events = [event(batch * 40 + i, principal="bob" if i % 3 == 0 else "alice") for i in range(batch * 5)]
+        events.reverse()  # times within a block need not be in order
+        store.add_audit_events(events)
+        written += events
+    wanted = [e for e in written if e.principal == "bob" and 1040 <= e.time < 1190]
+    seen, after = [], None
+    while True:
+        page = store.audit_events(principal="bob", since_ms=1040, until_ms=1190, after_id=after, limit=4)
+        seen += page
+        if len(page) < 4:
+            break
+        after = page[-1][0]
+    assert [e for _, e in seen] == wanted and len(wanted) > 8
+    ids = [i for i, _ in seen]
+    assert ids == sorted(set(ids))
 
 
 def test_the_limit_is_bounded(store):
