@@ -214,16 +214,27 @@ class Load:
         self.script.touch(mode=0o600)
         self.script.write_text(f'wrk.headers["Authorization"] = "Bearer {bearer}"\n')
 
+    def rates_together(self, urls: list[str], seconds: int) -> list[tuple[float, int]]:
+        """Requests per second and requests answered of each URL, all loaded at the same time by
+        one wrk each (all on the load's CPU)."""
+        if not shutil.which("wrk"):
+            raise SystemExit("--together needs wrk")
+        procs = [
+            subprocess.Popen(
+                [*_pinned(1), "wrk", "-t1", f"-c{self.connections}", f"-d{seconds}s", "-s", str(self.script), url],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for url in urls
+        ]
+        return [_wrk_figures(url, proc.communicate()[0]) for url, proc in zip(urls, procs)]
+
     def rate(self, url: str, seconds: int) -> tuple[float, int, str]:
         """Requests per second, requests answered, and how the load was made."""
         if shutil.which("wrk"):
             command = [*_pinned(1), "wrk", "-t1", f"-c{self.connections}", f"-d{seconds}s", "-s", str(self.script), url]
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-            rate = next((float(line.split()[1]) for line in out.splitlines() if line.startswith("Requests/sec:")), None)
-            count = next((int(line.split()[0]) for line in out.splitlines() if " requests in " in line), None)
-            if rate is None or count is None or "Non-2xx" in out or "Socket errors" in out:
-                raise SystemExit(f"wrk did not get only 200s from {url}:\n{out}")
-            return rate, count, f"wrk -t1 -c{self.connections}"
+            return (*_wrk_figures(url, out), f"wrk -t1 -c{self.connections}")
         n, started = 0, time.perf_counter()
         with httpx.Client(headers={"Authorization": f"Bearer {self.bearer}"}) as client:
             while time.perf_counter() - started < seconds:
@@ -231,6 +242,15 @@ class Load:
                     raise SystemExit(f"not a 200 from {url}")
                 n += 1
         return n / (time.perf_counter() - started), n, "python client, one connection (wrk not installed)"
+
+
+def _wrk_figures(url: str, out: str) -> tuple[float, int]:
+    """Requests/s and requests answered from wrk's report; only 200s are accepted."""
+    rate = next((float(line.split()[1]) for line in out.splitlines() if line.startswith("Requests/sec:")), None)
+    count = next((int(line.split()[0]) for line in out.splitlines() if " requests in " in line), None)
+    if rate is None or count is None or "Non-2xx" in out or "Socket errors" in out:
+        raise SystemExit(f"wrk did not get only 200s from {url}:\n{out}")
+    return rate, count
 
 
 def cpu_seconds(pid: int) -> float:
@@ -255,6 +275,22 @@ def start(config: dict, workdir: Path, bearer: str, path: str) -> tuple[ServePro
     return server, up
 
 
+def _together(servers: dict, route: str, seconds: int, load: Load, rates: dict, cpus: dict, round_: int) -> None:
+    """One round of ``route`` with every server loaded at the same time (they share CPU 0, so a
+    change in the machine's speed falls on all alike)."""
+    kinds = list(servers)
+    used = {kind: cpu_seconds(servers[kind][0].proc.pid) for kind in kinds}
+    figures = load.rates_together([f"{servers[k][0].base}{servers[k][1]}/{route}" for k in kinds], seconds)
+    for kind, (rate, count) in zip(kinds, figures):
+        cpu_us = (cpu_seconds(servers[kind][0].proc.pid) - used[kind]) / count * 1e6
+        rates[(kind, route)].append(rate)
+        cpus[(kind, route)].append(cpu_us)
+        print(
+            f"  round {round_ + 1} {route:9s} {kind:8s} {rate:9,.0f} req/s {cpu_us:6.1f} us server CPU/request",
+            flush=True,
+        )
+
+
 def memory(server: ServeProcess) -> str:
     pid = server.proc.pid
     worker = sum(status_mb(child, "VmRSS:") for child in children(pid))
@@ -277,6 +313,12 @@ def main() -> None:
         "--yaml-audit",
         action="store_true",
         help="give the YAML server an auditLog file, so that both servers write an audit event per request",
+    )
+    ap.add_argument(
+        "--together",
+        action="store_true",
+        help="load both servers at the same time (sharing CPU 0) instead of in turns: steadier on a machine "
+        "whose speed drifts from one turn to the next",
     )
     args = ap.parse_args()
     if args.shares < 10:
@@ -327,6 +369,10 @@ def main() -> None:
             for round_ in range(args.rounds):
                 order = ("catalog", "yaml") if round_ % 2 == 0 else ("yaml", "catalog")
                 for route in ROUTES:
+                    if args.together:
+                        how = f"wrk -t1 -c{args.connections} per server, both servers loaded at once"
+                        _together(servers, route, args.seconds, load, rates, cpus, round_)
+                        continue
                     for kind in order:
                         server, path = servers[kind]
                         used = cpu_seconds(server.proc.pid)
@@ -348,8 +394,8 @@ def main() -> None:
         f"\ncatalog: {loading['shares']:,} shares, {loading['tables']:,} shared tables, "
         f"{loading['recipients']:,} recipients with a token "
         f"(SQLite); YAML: 1 share, 1 table, 1 recipient{', auditLog file' if args.yaml_audit else ''}. "
-        f"Load: {how}, {args.seconds} s each, {args.rounds} rounds, "
-        "servers taking turns"
+        f"Load: {how}, {args.seconds} s each, {args.rounds} rounds"
+        + ("" if args.together else ", servers taking turns")
     )
     print(
         f"{'route':10s} {'catalog req/s':>14s} {'YAML req/s':>11s} {'catalog/YAML':>13s}  {'target':14s}  "
