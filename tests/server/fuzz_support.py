@@ -199,16 +199,19 @@ class Tally:
         return "\n".join(lines)
 
 
+PROTOCOL_ERROR = ("errorCode", "message")
+
+
 def answer_problems(method: str, route: str, response, forbidden: dict[str, str]) -> list[str]:
     """What is wrong with one answer (empty when nothing is)."""
     status = response.status_code
-    headers = {k.lower(): ", ".join(v) if isinstance(v, list) else v for k, v in response.headers.items()}
+    headers = lowered_headers(response)
     body = response.content
     problems = []
     if status >= 500:
         problems.append(f"server error {status}")
     if 400 <= status < 500 and method != "HEAD":
-        problems += _error_shape(headers, body)
+        problems += error_shape(headers, body)
     if 200 <= status < 300 and method != "HEAD":
         problems += _well_formed(headers, body)
     text = "\n".join(f"{k}: {v}" for k, v in headers.items())
@@ -218,17 +221,25 @@ def answer_problems(method: str, route: str, response, forbidden: dict[str, str]
     return problems
 
 
-def _error_shape(headers: dict[str, str], body: bytes) -> list[str]:
+def lowered_headers(response) -> dict[str, str]:
+    """A response's headers by lower-case name (a repeated header's values joined)."""
+    return {k.lower(): ", ".join(v) if isinstance(v, list) else v for k, v in response.headers.items()}
+
+
+def error_shape(headers: dict[str, str], body: bytes, keys: tuple[str, str] = PROTOCOL_ERROR) -> list[str]:
+    """What is wrong with an error answer: JSON, exactly ``keys``, each a non-empty string."""
     if not headers.get("content-type", "").startswith("application/json"):
         return [f"error is not JSON ({headers.get('content-type')!r})"]
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         return ["error body does not parse as JSON"]
-    if not isinstance(doc, dict) or set(doc) != {"errorCode", "message"}:
-        return [f"error body is not exactly errorCode and message: {sorted(doc) if isinstance(doc, dict) else doc}"]
-    if not isinstance(doc["errorCode"], str) or not isinstance(doc["message"], str):
-        return ["errorCode or message is not a string"]
+    if not isinstance(doc, dict) or set(doc) != set(keys):
+        return [f"error body is not exactly {' and '.join(keys)}: {sorted(doc) if isinstance(doc, dict) else doc}"]
+    if not all(isinstance(doc[k], str) for k in keys):
+        return [f"{' or '.join(keys)} is not a string"]
+    if not all(doc[k] for k in keys):
+        return [f"{' or '.join(keys)} is not a non-empty string"]
     return []
 
 

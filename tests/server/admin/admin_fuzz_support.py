@@ -49,7 +49,17 @@ from deltaport.server.admin.activation import ACTIVATION_PAGE
 from deltaport.server.errors import ADMIN_PREFIX
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fuzz_support, one folder up
-from fuzz_support import TABLES, TRACEBACK_MARKS, Finding, Tally, load_schema, run_examples  # noqa: E402
+from fuzz_support import (  # noqa: E402
+    PROTOCOL_ERROR,
+    TABLES,
+    TRACEBACK_MARKS,
+    Finding,
+    Tally,
+    error_shape,
+    load_schema,
+    lowered_headers,
+    run_examples,
+)
 
 __all__ = ["ADMIN_TOKEN", "AdminFuzzer", "AdminWorld", "Tally", "admin_answer_problems", "admin_app", "load_schema"]
 
@@ -265,14 +275,14 @@ def admin_answer_problems(
     """What is wrong with one answer (empty when nothing is). ``allowed``: locations an answer may
     show (registered ones); ``named``: the strings the request carried."""
     status = response.status_code
-    headers = {k.lower(): ", ".join(v) if isinstance(v, list) else v for k, v in response.headers.items()}
+    headers = lowered_headers(response)
     body = response.content
     problems = []
     if status >= 500:
         problems.append(f"server error {status}")
     elif status >= 400:
         unity = route.split(" ", 1)[1].startswith(ADMIN_PREFIX)
-        problems += _error_shape(headers, body, ("error_code", "message") if unity else ("errorCode", "message"))
+        problems += error_shape(headers, body, ("error_code", "message") if unity else PROTOCOL_ERROR)
     elif 200 <= status < 300 and "html" not in headers.get("content-type", ""):
         try:
             if not isinstance(orjson.loads(body), dict):
@@ -287,20 +297,6 @@ def admin_answer_problems(
                 problems.append(f"shows a path the request did not name ({len(path)} characters)")
                 break
     return problems
-
-
-def _error_shape(headers: dict[str, str], body: bytes, keys: tuple[str, str]) -> list[str]:
-    if not headers.get("content-type", "").startswith("application/json"):
-        return [f"error is not JSON ({headers.get('content-type')!r})"]
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return ["error body does not parse as JSON"]
-    if not isinstance(doc, dict) or set(doc) != set(keys):
-        return [f"error body is not exactly {' and '.join(keys)}: {sorted(doc) if isinstance(doc, dict) else doc}"]
-    if not all(isinstance(doc[k], str) and doc[k] for k in keys):
-        return [f"{' or '.join(keys)} is not a non-empty string"]
-    return []
 
 
 # --- steering --------------------------------------------------------------------------------------
