@@ -283,12 +283,16 @@ def _together(servers: dict, route: str, seconds: int, load: Load, rates: dict, 
     figures = load.rates_together([f"{servers[k][0].base}{servers[k][1]}/{route}" for k in kinds], seconds)
     for kind, (rate, count) in zip(kinds, figures):
         cpu_us = (cpu_seconds(servers[kind][0].proc.pid) - used[kind]) / count * 1e6
-        rates[(kind, route)].append(rate)
-        cpus[(kind, route)].append(cpu_us)
-        print(
-            f"  round {round_ + 1} {route:9s} {kind:8s} {rate:9,.0f} req/s {cpu_us:6.1f} us server CPU/request",
-            flush=True,
-        )
+        _note(rates, cpus, kind, route, round_, rate, cpu_us)
+
+
+def _note(rates: dict, cpus: dict, kind: str, route: str, round_: int, rate: float, cpu_us: float) -> None:
+    """One server's figures of one round: kept and printed."""
+    rates[(kind, route)].append(rate)
+    cpus[(kind, route)].append(cpu_us)
+    print(
+        f"  round {round_ + 1} {route:9s} {kind:8s} {rate:9,.0f} req/s {cpu_us:6.1f} us server CPU/request", flush=True
+    )
 
 
 def memory(server: ServeProcess) -> str:
@@ -378,13 +382,7 @@ def main() -> None:
                         used = cpu_seconds(server.proc.pid)
                         rate, count, how = load.rate(f"{server.base}{path}/{route}", args.seconds)
                         cpu_us = (cpu_seconds(server.proc.pid) - used) / count * 1e6
-                        rates[(kind, route)].append(rate)
-                        cpus[(kind, route)].append(cpu_us)
-                        print(
-                            f"  round {round_ + 1} {route:9s} {kind:8s} {rate:9,.0f} req/s "
-                            f"{cpu_us:6.1f} us server CPU/request",
-                            flush=True,
-                        )
+                        _note(rates, cpus, kind, route, round_, rate, cpu_us)
             memories = {kind: memory(server) for kind, (server, _) in servers.items()}
         finally:
             for server, _ in servers.values():
