@@ -46,7 +46,7 @@ VERSION = "/delta-sharing/shares/s/schemas/d/tables/t/version"
 
 
 def _app(variant: str, workdir: Path):
-    from deltaport.server import JsonLinesAuditSink, create_app, parse_config
+    from deltaport.server import AuditLog, JsonLinesAuditSink, create_app, parse_config
     from deltaport.server.observe import RequestObserver
 
     config = parse_config(
@@ -56,7 +56,9 @@ def _app(variant: str, workdir: Path):
             "recipients": [{"name": "bench", "tokens": [TOKEN], "shares": ["s"]}],
         }
     )
-    audit = JsonLinesAuditSink(workdir / f"audit-{os.getpid()}.jsonl") if variant == "metrics+audit" else None
+    audit = None
+    if variant == "metrics+audit":
+        audit = AuditLog([JsonLinesAuditSink(workdir / f"audit-{os.getpid()}.jsonl").write])
     app = create_app(config, metrics=variant.startswith("metrics"), audit=audit)
     if variant == "baseline":
         app.user_middleware = [m for m in app.user_middleware if m.cls is not RequestObserver]
@@ -158,7 +160,7 @@ def _observed(variant: str, workdir: Path):
     if variant == "baseline":
         return version
     metrics = ServerMetrics(SnapshotCache()) if variant.startswith("metrics") else None
-    audit = AuditLog(JsonLinesAuditSink(workdir / "audit.jsonl")) if variant == "metrics+audit" else None
+    audit = AuditLog([JsonLinesAuditSink(workdir / "audit.jsonl").write]) if variant == "metrics+audit" else None
     return RequestObserver(version, prefix="/delta-sharing", proxies=IpAllowList(), metrics=metrics, audit=audit)
 
 

@@ -24,7 +24,7 @@ from deltaport.admin_cli import admin_app
 from deltaport.admin_cli_shares import partitions_body
 from deltaport.catalog.model import AuditEvent
 from deltaport.catalog.store import CatalogDB
-from deltaport.server import BatchingSink, create_app, parse_config
+from deltaport.server import AuditLog, create_app, parse_config
 from deltaport.server.admin.activation import ACTIVATION_API
 from server.admin.test_admin_sdk import ADMIN, ENDPOINT, TABLES
 
@@ -35,7 +35,7 @@ runner = CliRunner()
 class Server:
     url: str
     catalog: CatalogDB
-    sink: BatchingSink
+    audit: AuditLog
 
     def admin(self, *args: str, token: str | None = ADMIN, code: int = 0) -> Result:
         """``deltaport admin ARGS`` against this server; asserts the exit code and that no output
@@ -66,11 +66,11 @@ def server(tmp_path):
         base=tmp_path,
     )
     catalog = CatalogDB(config.catalog_url)
-    sink = BatchingSink(catalog.add_audit_events, flush_every_s=0.05)
-    running = RunningServer(create_app(config, catalog=catalog, audit=sink))
-    yield Server(running.url, catalog, sink)
+    audit = AuditLog([catalog.add_audit_block], flush_every_s=0.05)
+    running = RunningServer(create_app(config, catalog=catalog, audit=audit))
+    yield Server(running.url, catalog, audit)
     running.stop()
-    sink.close()
+    audit.close()
     catalog.close()
 
 
@@ -263,7 +263,7 @@ def test_the_audit_command_pages_filters_and_prints_json_lines(server):
     server.admin("shares", "grant", "s1", "acme")
     for path in ("/shares", "/shares/s1", "/shares/nope"):
         _get(server.url + ENDPOINT + path, bearer)
-    assert server.sink.flush(10)
+    assert server.audit.flush(10)
     lines = server.admin("audit", "--principal", "acme").stdout.splitlines()
     lines = [line for line in lines if line.split()[3] in ("listShares", "getShare")]  # not its activation
     assert [line.split()[1:4] for line in lines] == [

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+from decimal import Decimal
 
-from deltaport.catalog import store_audit
+import pytest
+import sqlalchemy as sa
+
+from deltaport.catalog import db, store_audit
 from deltaport.catalog.model import AuditEvent
 from deltaport.errors import InvalidParameter
 
@@ -58,10 +61,37 @@ def test_a_large_batch_of_every_kind_of_value_comes_back_as_stored(store):
     assert stored == batch
 
 
-def test_a_value_json_cannot_hold_is_kept_as_text(store):
-    store.add_audit_events([event(1, detail={"ids": {7}})])
+def test_a_value_json_has_no_type_for_is_kept_as_an_array_or_text(store):
+    store.add_audit_events([event(1, detail={"ids": {7}, "pair": (1, "a"), "price": Decimal("1.50")})])
     ((_, stored),) = store.audit_events()
-    assert stored.detail == {"ids": "{7}"}
+    assert stored.detail == {"ids": [7], "pair": [1, "a"], "price": "1.50"}
+
+
+def test_an_integer_beyond_64_bits_is_kept(store):
+    store.add_audit_events([event(1, detail={"big": 2**70, "set": {3}})])
+    ((_, stored),) = store.audit_events()
+    assert stored.detail == {"big": 2**70, "set": [3]}
+
+
+def test_a_block_is_one_row_of_the_lines_the_audit_file_writes(store):
+    """One rendering of an event: the block's lines, made a JSON array, are what the row keeps."""
+    events = [event(i, detail={"n": i, "s": {"x"}, "t": "\u00e9\n,"}) for i in (2, 0, 1)]
+    block = store_audit.AuditBlock.of(events)
+    assert (block.count, block.first_time, block.last_time) == (3, 1000, 1002)
+    store.add_audit_block(block)
+    store.add_audit_block(store_audit.AuditBlock(b"", 0, 0, 0))  # nothing: no row
+    with store._engine.connect() as conn:
+        (text,) = conn.execute(sa.select(db.audit_blocks.c.events)).scalars()
+    assert text == "[" + block.lines.decode().strip().replace("\n", ",") + "]"
+    assert [e for _, e in store.audit_events()] == [
+        event(i, detail={"n": i, "s": ["x"], "t": "\u00e9\n,"}) for i in (2, 0, 1)
+    ]
+    assert store.audit_events(since_ms=1001) and not store.audit_events(since_ms=1003)
+
+
+def test_a_block_holds_at_most_two_to_the_twenty_events(store):
+    with pytest.raises(ValueError, match="at most"):
+        store.add_audit_block(store_audit.AuditBlock(b"", store_audit.MAX_BLOCK_EVENTS + 1, 0, 0))
 
 
 def test_audit_events_are_not_catalog_writes(store):

@@ -1,12 +1,11 @@
 """The audit log: one event per protocol request and per download, with the right fields and never a
-secret; the request id round trip; the JSON-lines file rotating; batching and fan-out sinks that
-never block or fail a request."""
+secret; the request id round trip; the JSON-lines file rotating; the audit log's writer thread,
+which batches events into blocks for every sink and never blocks or fails a request."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
@@ -17,8 +16,8 @@ from conftest import TOKEN, corpus_config
 from servers import RunningServer
 
 from deltaport.catalog.model import AuditEvent
-from deltaport.server import create_app, parse_config
-from deltaport.server.audit import BatchingSink, FanOutSink, JsonLinesAuditSink, event_json
+from deltaport.catalog.store_audit import AuditBlock, event_line
+from deltaport.server import AuditLog, JsonLinesAuditSink, create_app, parse_config
 
 P = "/delta-sharing"
 T = P + "/shares/corpus/schemas/default/tables"
@@ -29,11 +28,12 @@ class Audited:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.sink = JsonLinesAuditSink(path)
-        self.server = RunningServer(create_app(parse_config(corpus_config()), audit=self.sink))
+        self.log = AuditLog([self.sink.write])
+        self.server = RunningServer(create_app(parse_config(corpus_config()), audit=self.log))
         self.client = httpx.Client(base_url=self.server.url, timeout=30)
 
     def events(self) -> list[dict]:
-        assert self.sink.flush(10)
+        assert self.log.flush(10)
         return [orjson.loads(line) for line in self.path.read_bytes().splitlines()]
 
     def event(self, request_id: str) -> dict:
@@ -55,6 +55,7 @@ def audited(tmp_path_factory):
     yield served
     served.client.close()
     served.server.stop()
+    served.log.close()
     served.sink.close()
 
 
@@ -199,36 +200,57 @@ def test_request_ids_are_made_afresh_for_each_request(audited):
     assert len(ids) == 20
 
 
-def test_a_failing_sink_never_fails_a_request(caplog):
-    class Broken:
-        def write(self, event):
-            raise OSError("disk full")
+def test_a_failing_sink_never_fails_a_request_nor_keeps_the_events_from_the_others(tmp_path, caplog):
+    def broken(block: AuditBlock) -> None:
+        raise OSError("disk full")
 
-    server = RunningServer(create_app(parse_config(corpus_config()), audit=Broken()))
+    kept = JsonLinesAuditSink(tmp_path / "audit.jsonl")
+    log = AuditLog([broken, kept.write])
+    server = RunningServer(create_app(parse_config(corpus_config()), audit=log))
     try:
-        assert httpx.get(server.url + P + "/shares", headers=ALICE).status_code == 200
+        response = httpx.get(server.url + P + "/shares", headers={**ALICE, "X-Request-Id": "still-written"})
+        assert response.status_code == 200
+        assert log.flush(10)
     finally:
         server.stop()
-    assert "OSError" in caplog.text
+        log.close()
+        kept.close()
+    assert "OSError" in caplog.text and "disk full" not in caplog.text
+    assert [orjson.loads(line)["request_id"] for line in (tmp_path / "audit.jsonl").read_bytes().splitlines()] == [
+        "still-written"
+    ]
 
 
-# --- sinks ---------------------------------------------------------------------------------------------
+# --- the writer and the file ---------------------------------------------------------------------------
 
 
 def _event(n: int, **fields) -> AuditEvent:
     return AuditEvent(time=n, request_id=f"r{n}", principal="alice", action="queryTable", status=200, **fields)
 
 
+class Blocks:
+    """A sink that keeps the blocks it is given."""
+
+    def __init__(self) -> None:
+        self.blocks: list[AuditBlock] = []
+        self.arrived = threading.Event()
+
+    def __call__(self, block: AuditBlock) -> None:
+        self.blocks.append(block)
+        self.arrived.set()
+
+    def times(self) -> list[list[int]]:
+        return [[orjson.loads(line)["time"] for line in block.lines.splitlines()] for block in self.blocks]
+
+
 def test_the_file_rotates_before_a_line_would_take_it_over_its_size(tmp_path):
     path = tmp_path / "audit.jsonl"
-    size = len(event_json(_event(10))) + 1
+    size = len(event_line(_event(10)))
     sink = JsonLinesAuditSink(path, max_bytes=size * 3, backups=2)
-    try:
-        for n in range(10, 20):
-            sink.write(_event(n))
-        assert sink.flush(10)
-    finally:
-        sink.close()
+    sink.write(AuditBlock.of([_event(n) for n in range(10, 14)]))  # a block that does not fit: line by line
+    for n in range(14, 20):
+        sink.write(AuditBlock.of([_event(n)]))
+    sink.close()
     files = [path, path.with_name("audit.jsonl.1"), path.with_name("audit.jsonl.2")]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in files)
     times = [[orjson.loads(line)["time"] for line in p.read_bytes().splitlines()] for p in files]
@@ -239,12 +261,22 @@ def test_the_file_rotates_before_a_line_would_take_it_over_its_size(tmp_path):
 
 def test_without_backups_the_file_starts_afresh(tmp_path):
     path = tmp_path / "audit.jsonl"
-    sink = JsonLinesAuditSink(path, max_bytes=len(event_json(_event(10))) + 1, backups=0)
-    for n in range(10, 13):
-        sink.write(_event(n))
+    sink = JsonLinesAuditSink(path, max_bytes=len(event_line(_event(10))), backups=0)
+    sink.write(AuditBlock.of([_event(n) for n in range(10, 13)]))
     sink.close()
     assert [p.name for p in tmp_path.iterdir()] == ["audit.jsonl"]
     assert orjson.loads(path.read_bytes())["time"] == 12
+
+
+def test_a_block_that_fits_is_appended_whole(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    sink = JsonLinesAuditSink(path)
+    first, second = AuditBlock.of([_event(1), _event(2)]), AuditBlock.of([_event(3, detail={"n": "\u00e9\n"})])
+    sink.write(first)
+    sink.write(second)
+    sink.close()
+    assert path.read_bytes() == first.lines + second.lines
+    assert [orjson.loads(line)["time"] for line in path.read_bytes().splitlines()] == [1, 2, 3]
 
 
 def test_an_unwritable_path_fails_at_once(tmp_path):
@@ -252,67 +284,83 @@ def test_an_unwritable_path_fails_at_once(tmp_path):
         JsonLinesAuditSink(tmp_path / "no" / "such" / "dir" / "audit.jsonl")
 
 
-def test_batches_go_out_when_full_or_when_due():
-    batches: list[list[int]] = []
-    arrived = threading.Event()
+def test_events_go_out_as_one_block_when_due_or_when_a_block_is_full(monkeypatch):
+    from deltaport.server import audit
 
-    def write_batch(events: Sequence[AuditEvent]) -> None:
-        batches.append([e.time for e in events])
-        arrived.set()
-
-    sink = BatchingSink(write_batch, flush_every_s=60, max_batch=3)
-    for n in range(7):
-        sink.write(_event(n))
-    assert arrived.wait(10)  # a full batch does not wait for its minute
-    assert sink.flush(10)  # the rest, now
-    sink.close()
-    assert batches[0] == [0, 1, 2] and [t for b in batches for t in b] == list(range(7))
-    due = BatchingSink(write_batch, flush_every_s=0.05, max_batch=500)
-    arrived.clear()
-    due.write(_event(99))
-    assert arrived.wait(10) and batches[-1] == [99]
+    monkeypatch.setattr(audit, "BLOCK_EVENTS", 3)
+    sink = Blocks()
+    log = AuditLog([sink], flush_every_s=60)
+    for n in (5, 3, 4):
+        log.add(_event(n))
+    assert sink.arrived.wait(10)  # a full block does not wait for its minute
+    (block,) = sink.blocks
+    assert (block.count, block.first_time, block.last_time) == (3, 3, 5)
+    log.add(_event(9))
+    log.add(_event(7))
+    assert log.flush(10)  # the rest, now
+    assert sink.times() == [[5, 3, 4], [9, 7]] and sink.blocks[1].first_time == 7
+    log.close()
+    due, sink.arrived = AuditLog([sink], flush_every_s=0.05), threading.Event()
+    due.add(_event(99))
+    assert sink.arrived.wait(10) and sink.times()[-1] == [99]
     due.close()
 
 
-def test_a_failing_batch_is_logged_and_the_next_goes_out(caplog):
-    calls: list[list[int]] = []
+def test_flush_waits_for_the_sinks_and_close_writes_what_is_queued():
+    release = threading.Event()
+    sink = Blocks()
 
-    def write_batch(events: Sequence[AuditEvent]) -> None:
-        calls.append([e.time for e in events])
+    def slow(block: AuditBlock) -> None:
+        release.wait(10)
+        sink(block)
+
+    log = AuditLog([slow], flush_every_s=60)
+    log.add(_event(1))
+    assert not log.flush(0.2)  # the sink is still writing
+    release.set()
+    assert log.flush(10) and sink.times() == [[1]]
+    log.add(_event(2))
+    log.close()
+    assert sink.times() == [[1], [2]]
+    log.add(_event(3))  # after close: dropped, never raised
+    assert log.flush(1) and sink.times() == [[1], [2]]
+
+
+def test_a_failing_sink_is_logged_and_the_next_block_goes_out(caplog):
+    calls: list[int] = []
+
+    def flaky(block: AuditBlock) -> None:
+        calls.append(block.count)
         if len(calls) == 1:
             raise RuntimeError("database is locked")
 
-    sink = BatchingSink(write_batch, flush_every_s=0, max_batch=1)
-    sink.write(_event(1))
-    assert sink.flush(10)
-    sink.write(_event(2))
-    assert sink.flush(10)
-    sink.close()
-    assert calls == [[1], [2]] and "RuntimeError" in caplog.text
+    log = AuditLog([flaky], flush_every_s=60)
+    log.add(_event(1))
+    assert log.flush(10)
+    log.add(_event(2))
+    assert log.flush(10)
+    log.close()
+    assert calls == [1, 1] and "RuntimeError" in caplog.text and "flaky" in caplog.text
 
 
-def test_a_full_queue_drops_rather_than_blocks(caplog):
+def test_a_full_log_drops_rather_than_blocks(caplog):
     release = threading.Event()
-    sink = BatchingSink(lambda events: release.wait(10), flush_every_s=0, max_batch=1, max_queue=2)
+    log = AuditLog([lambda block: release.wait(10)], flush_every_s=0, max_pending=2)
     started = time.perf_counter()
     for n in range(50):
-        sink.write(_event(n))
+        log.add(_event(n))
     assert time.perf_counter() - started < 1
+    assert log.dropped >= 48 - 2  # at most one block in the sink's hands, two waiting
     release.set()
-    sink.close()
+    log.close()
     assert "dropped" in caplog.text
 
 
-def test_fan_out_writes_to_every_sink_whatever_one_does():
-    got: list[AuditEvent] = []
-
-    class Broken:
-        def write(self, event):
-            raise RuntimeError("no")
-
-    class Kept:
-        def write(self, event):
-            got.append(event)
-
-    FanOutSink(Broken(), Kept()).write(_event(1))
-    assert [e.time for e in got] == [1]
+def test_a_detail_key_json_cannot_hold_is_left_out_and_the_event_kept():
+    sink = Blocks()
+    log = AuditLog([sink], flush_every_s=60)
+    log.add(_event(1, detail={(1, 2): "a key JSON cannot hold", "big": 2**70}))
+    log.close()
+    (block,) = sink.blocks
+    assert block.count == 1
+    assert b'"big": 1180591620717411303424' in block.lines and b"cannot hold" not in block.lines

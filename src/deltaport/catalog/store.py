@@ -416,8 +416,14 @@ class CatalogDB:
         with self._read() as tx:
             return store_served.served(tx, storage_options)
 
+    def add_audit_block(self, block: store_audit.AuditBlock) -> None:
+        """Append a block of events (the audit log's sink). Not a catalog write: the revision
+        stays."""
+        with self._write(catalog=False) as tx:
+            store_audit.add_audit_block(tx, block)
+
     def add_audit_events(self, events: Sequence[AuditEvent]) -> None:
-        """Append events in one transaction. Not a catalog write: the revision stays."""
+        """Append events in one transaction, in blocks (see :mod:`store_audit`)."""
         with self._write(catalog=False) as tx:
             store_audit.add_audit_events(tx, events)
 

@@ -1,11 +1,12 @@
 """Audit events in the catalog database: appended in blocks, read back oldest first in pages.
 
-A server writes an event per request, in batches: each batch is stored as blocks (rows of
-``audit_blocks``) holding up to :data:`BLOCK_EVENTS` events as one JSON array, with the least and
-greatest event time in it. Storing a batch is one JSON encoding and an insert or two, about a
-microsecond per event; one row per event (with its indexes) cost a busy server over ten, more than
-answering the request it recorded. Reading filters the blocks of the time range asked for, event by
-event; audit reads are an administrator's, rare and paged.
+An event is rendered once, as a line of JSON (:func:`event_line`), when it is made; a server
+gathers the lines of the events of the last moments into one :class:`AuditBlock`, which its audit
+file appends as it is and the database keeps as one row of ``audit_blocks``: the events as one JSON
+array, with the least and greatest event time in it. Storing a block is one insert; one row per
+event (with its indexes) cost a busy server over ten microseconds an event, more than answering
+the request it recorded. Reading filters the blocks of the time range asked for, event by event;
+audit reads are an administrator's, rare and paged.
 
 An event's id is its block's id times 2**20 plus its place in the block: ids grow in the order
 events were stored, and a reader pages with ``after_id`` = the last id it saw. The store keeps what
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
@@ -31,31 +32,68 @@ from deltaport.errors import InvalidParameter
 
 _B = db.audit_blocks
 MAX_LIMIT = 10_000
-BLOCK_EVENTS = 4096
+BLOCK_EVENTS = 4096  # what add_audit_events puts in one block
 _PLACE_BITS = 20  # an event's id: block id << _PLACE_BITS | place in the block
+MAX_BLOCK_EVENTS = 1 << _PLACE_BITS
 _BLOCKS_PER_READ = 64
+_LINE = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 
 
 def _plain(value: Any) -> Any:
-    """A value JSON cannot hold in an event's ``detail``: a mapping as an object, anything else as
-    its text (never failing the write)."""
-    return dict(value) if isinstance(value, Mapping) else str(value)
+    """A value JSON has no type for, in an event's ``detail``: a mapping as an object, a set or
+    tuple as an array, anything else as its text (never failing the write)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
 
 
-def _encoded(events: Sequence[AuditEvent]) -> str:
-    """The events as one JSON array of objects (their fields by name)."""
+def event_line(event: AuditEvent) -> bytes:
+    """The event as one line of JSON (every field by its name), ending in a newline: the one
+    rendering of an event, in the audit file and in the database alike. JSON escapes newlines in
+    strings, so the only newline is the last byte."""
     try:
-        return orjson.dumps(events, default=_plain, option=orjson.OPT_NON_STR_KEYS).decode()
-    except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits in a detail
-        return json.dumps([asdict(event) for event in events], default=_plain)
+        return orjson.dumps(event, default=_plain, option=_LINE)
+    except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits in a detail; keys JSON cannot hold are left out
+        return json.dumps(asdict(event), default=_plain, skipkeys=True).encode() + b"\n"
+
+
+@dataclass(frozen=True)
+class AuditBlock:
+    """Events as they are written: their lines (:func:`event_line` each, in order), how many, and
+    their least and greatest time (epoch ms)."""
+
+    lines: bytes
+    count: int
+    first_time: int
+    last_time: int
+
+    @classmethod
+    def of(cls, events: Sequence[AuditEvent]) -> AuditBlock:
+        times = [event.time for event in events]
+        return cls(b"".join(map(event_line, events)), len(events), min(times), max(times))
+
+    def json_array(self) -> str:
+        """The events as one JSON array."""
+        return "[" + self.lines[:-1].decode().replace("\n", ",") + "]"
+
+
+def add_audit_block(tx: Tx, block: AuditBlock) -> None:
+    """The block's events as one row (at most :data:`MAX_BLOCK_EVENTS`; none is nothing)."""
+    if block.count == 0:
+        return
+    if block.count > MAX_BLOCK_EVENTS:
+        raise ValueError(f"an audit block holds at most {MAX_BLOCK_EVENTS} events, not {block.count}")
+    tx.conn.execute(
+        sa.insert(_B).values(first_time=block.first_time, last_time=block.last_time, events=block.json_array())
+    )
 
 
 def add_audit_events(tx: Tx, events: Sequence[AuditEvent]) -> None:
     """``events`` in blocks of at most :data:`BLOCK_EVENTS`, in the order given."""
     for start in range(0, len(events), BLOCK_EVENTS):
-        block = events[start : start + BLOCK_EVENTS]
-        times = [event.time for event in block]
-        tx.conn.execute(sa.insert(_B).values(first_time=min(times), last_time=max(times), events=_encoded(block)))
+        add_audit_block(tx, AuditBlock.of(events[start : start + BLOCK_EVENTS]))
 
 
 def _blocks(tx: Tx, since_ms: int | None, until_ms: int | None, first_block: int) -> Iterator[tuple[int, str]]:

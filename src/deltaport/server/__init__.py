@@ -1,12 +1,11 @@
 """The Delta Sharing server: config, auth and grants, the protocol's endpoints, streaming."""
 
-from deltaport.server.audit import AuditSink, BatchingSink, FanOutSink, JsonLinesAuditSink
+from deltaport.server.audit import AuditLog, AuditSink, JsonLinesAuditSink
 from deltaport.server.config import ServerConfig, load_config, parse_config
 
 __all__ = [
+    "AuditLog",
     "AuditSink",
-    "BatchingSink",
-    "FanOutSink",
     "JsonLinesAuditSink",
     "ServerConfig",
     "load_config",

@@ -40,7 +40,7 @@ from deltaport.errors import DeltaportError, InvalidParameter, PermissionDenied,
 from deltaport.server import api_doc, errors
 from deltaport.server.admin import AdminParts, add_activation_routes, admin_router, create_admin_app
 from deltaport.server.admin.activation import ACTIVATION_PAGE
-from deltaport.server.audit import AuditSink, config_audit_sink
+from deltaport.server.audit import AuditLog, config_audit_log
 from deltaport.server.catalog_feed import CatalogFeed, describe_delta_table
 from deltaport.server.config import ServerConfig
 from deltaport.server.config_file import ConfigCatalogView, ConfigFileSource, LoadedConfig, restart_needed
@@ -277,7 +277,7 @@ def create_app(
     catalog: CatalogDB | None = None,
     metrics: bool = True,
     metrics_token: str | None = None,
-    audit: AuditSink | None = None,
+    audit: AuditLog | None = None,
     trusted_proxies: Sequence[str] = (),
 ) -> FastAPI:
     """The sharing server for ``config``. Secrets default to fresh random ones per process.
@@ -295,9 +295,10 @@ def create_app(
     one, the admin API is served too — beside the protocol, or as ``app.state.admin_app`` for a
     listener of its own when the config names an ``adminPort``.
     ``metrics``: Prometheus metrics at ``GET /metrics`` (metrics.py), only for
-    ``Authorization: Bearer <metrics_token>`` when that is given. ``audit``: where each protocol
-    request's, download's, admin write's and activation's audit event goes (audit.py; the caller
-    closes it); by default the config's ``auditLog`` file and the catalog database, if any. ``trusted_proxies``:
+    ``Authorization: Bearer <metrics_token>`` when that is given. ``audit``: the audit log that
+    takes each protocol request's, download's, admin write's and activation's event (audit.py; the
+    caller closes it); by default one writing to the config's ``auditLog`` file and the catalog
+    database, if any. ``trusted_proxies``:
     addresses and CIDR blocks of proxies whose ``X-Forwarded-For`` names the client (access.py),
     for recipients' IP access lists, the audit log and nothing else.
     """
@@ -346,18 +347,20 @@ def create_app(
         _serve_catalog(app, service, catalog, cache, store)
     elif config.source is not None:
         _serve_config_file(app, service, config.source, cache, store)
-    owned_audit = None if audit is not None else config_audit_sink(config.audit_log, catalog)
+    close_audit = None
+    if audit is None:
+        audit, close_audit = config_audit_log(config.audit_log, catalog)
     observe(
         app,
         cache,
         prefix,
         metrics=metrics,
         metrics_token=metrics_token,
-        audit=audit or owned_audit,
+        audit=audit,
         trusted_proxies=tuple(trusted_proxies) or config.trusted_proxies,
     )
-    if owned_audit is not None:
-        app.state.closing.append(owned_audit.close)
+    if close_audit is not None:
+        app.state.closing.append(close_audit)
     if getattr(app.state, "admin_app", None) is not None:
         observe_also(app.state.admin_app, app, tuple(trusted_proxies) or config.trusted_proxies)
     app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too

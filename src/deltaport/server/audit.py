@@ -5,12 +5,16 @@ An event names the principal (a recipient's name, ``admin``, ``anonymous``, or
 ``unauthenticated`` when the request never authenticated), never a token; and tables by name,
 never a URL: no query string (where presigned URLs carry their signatures) reaches an event.
 
-Sinks (:class:`AuditSink`) take events without blocking: :class:`JsonLinesAuditSink` writes one
-JSON object per line to a file it rotates, :class:`BatchingSink` hands batches to a callable (e.g.
-the catalog database's ``add_audit_events``), :class:`FanOutSink` writes to several. The first
-two do their I/O on a background thread fed by a bounded queue; a full queue drops the event (and
-says so in the server log) rather than hold up a request, and a failing write is logged, never
-raised into a request.
+:class:`AuditLog` takes an event's values from the request that answered (a tuple, queued without a
+lock) and writes them from a thread of its own: every second, or as soon as
+:data:`~deltaport.catalog.store_audit.BLOCK_EVENTS` wait, it makes the waiting events, renders each
+once as a line of JSON (``store_audit.event_line``) into one block, and hands that block to each
+sink (:data:`AuditSink`): :class:`JsonLinesAuditSink` appends it to a file it rotates, the catalog
+database stores it as one row (``CatalogDB.add_audit_block``). Every step after the queue runs on
+the writer, in a loop over the batch: on a loaded server the same steps done once per request,
+between other work, cost more. A full queue drops the event (and says so in the server
+log) rather than hold up a request; a failing sink is logged, never raised into a request, and
+does not keep the block from the other sinks.
 """
 
 from __future__ import annotations
@@ -22,12 +26,10 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-import orjson
+from typing import TYPE_CHECKING, Any
 
 from deltaport.catalog.model import AuditEvent
-from deltaport.catalog.store_audit import BLOCK_EVENTS
+from deltaport.catalog.store_audit import BLOCK_EVENTS, MAX_BLOCK_EVENTS, AuditBlock
 from deltaport.server.errors import ACTIVATION_API, ADMIN_PREFIX
 from deltaport.server.request_info import RequestInfo
 
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
     from deltaport.catalog.store import CatalogDB
 
 log = logging.getLogger("deltaport.audit")
+
+#: Where the audit log's thread puts each block of events: may do I/O, never on the event loop.
+AuditSink = Callable[[AuditBlock], None]
 
 _T = "/shares/{share}/schemas/{schema}/tables/{table}"
 #: (route template under the sharing prefix, method) -> the protocol's name of the action.
@@ -78,28 +83,60 @@ ADMIN_ACTIONS[(ACTIVATION_API + "/{activation_token}", "GET")] = "activateRecipi
 UNAUTHENTICATED = "unauthenticated"
 
 
-class AuditSink(Protocol):
-    """Takes audit events. ``write`` must not block for long: it is called on the event loop."""
+class JsonLinesAuditSink:
+    """Blocks of audit events appended to ``path``, one JSON object per line (``event_line``).
 
-    def write(self, event: AuditEvent) -> None: ...
+    Before a line would take the file over ``max_bytes``, it is rotated: ``path`` becomes
+    ``path.1``, ``path.1`` becomes ``path.2`` and so on, the oldest beyond ``backups`` deleted
+    (``backups`` 0: the file starts afresh). A line is never split across files. The file is
+    created readable by its owner and group only, and opened now, so an unwritable path fails at
+    startup. :meth:`write` is the sink (called by one thread, the audit log's)."""
 
+    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int = 100 << 20, backups: int = 5) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._fd = self._open()
+        self._size = os.fstat(self._fd).st_size
 
-@runtime_checkable
-class _Flushable(Protocol):
-    def flush(self, timeout: float = ...) -> bool: ...
+    def write(self, block: AuditBlock) -> None:
+        data = block.lines
+        if self.max_bytes and self._size + len(data) > self.max_bytes:
+            for line in data.splitlines(keepends=True):
+                if self._size and self._size + len(line) > self.max_bytes:
+                    self._rotate()
+                self._append(line)
+        else:
+            self._append(data)
 
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
-def event_json(event: AuditEvent) -> bytes:
-    """The event as one line of JSON (no newline): every field, by its name."""
-    return orjson.dumps(event, default=_plain)
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
 
+    def _append(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+            self._size += written
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        self._fd = -1
+        name = str(self.path)
+        if self.backups > 0:
+            for n in range(self.backups - 1, 0, -1):
+                if os.path.exists(f"{name}.{n}"):
+                    os.replace(f"{name}.{n}", f"{name}.{n + 1}")
+            os.replace(name, f"{name}.1")
+        else:
+            os.unlink(name)
+        self._fd = self._open()
+        self._size = 0
 
 
 class _Marker:
@@ -197,162 +234,30 @@ class _Background:
             log.warning("%s: %d audit event(s) could not be written: %s", self._name, len(batch), type(exc).__name__)
 
 
-class JsonLinesAuditSink:
-    """Audit events appended to ``path``, one JSON object per line (see :func:`event_json`).
+class AuditLog:
+    """Turns answered requests into events and writes them to ``sinks``, from a thread of its own
+    (``audit-writer``): every ``flush_every_s`` seconds, or as soon as ``BLOCK_EVENTS`` wait, or on
+    :meth:`flush` or :meth:`close`. Each event is timed by its request's arrival.
 
-    Before a line would take the file over ``max_bytes``, it is rotated: ``path`` becomes
-    ``path.1``, ``path.1`` becomes ``path.2`` and so on, the oldest beyond ``backups`` deleted
-    (``backups`` 0: the file starts afresh). A line is never split across files. The file is
-    created readable by its owner and group only, and opened now, so an unwritable path fails at
-    startup. Lines are written on a background thread within ``flush_every_s`` of their event
-    (at once on :meth:`flush`); the sink is closed at interpreter exit if not before."""
+    A request only queues its event's values, in :class:`AuditEvent`'s order; the thread makes and
+    renders the events of a batch together (``AuditBlock.of``), one line each, and hands that one
+    block to every sink. At most ``max_pending`` events wait; beyond that they are dropped (and
+    logged). Closed at interpreter exit if not before."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        max_bytes: int = 100 << 20,
-        backups: int = 5,
-        flush_every_s: float = 0.2,
-        max_queue: int = 100_000,
-    ) -> None:
-        self.path = Path(path)
-        self.max_bytes = max_bytes
-        self.backups = backups
-        self._fd = self._open()
-        self._size = os.fstat(self._fd).st_size
+    def __init__(self, sinks: Sequence[AuditSink], *, flush_every_s: float = 1.0, max_pending: int = 100_000) -> None:
+        self.sinks = tuple(sinks)
         self._background = _Background(
-            self._write_lines,
-            name=f"audit-file:{self.path.name}",
+            self._write_block,
+            name="audit-writer",
             linger_s=flush_every_s,
-            max_batch=1000,
-            max_queue=max_queue,
+            max_batch=BLOCK_EVENTS,
+            max_queue=min(max_pending, MAX_BLOCK_EVENTS),
         )
         atexit.register(self.close)
 
-    def write(self, event: AuditEvent) -> None:
-        self._background.put(event)
-
-    def flush(self, timeout: float = 10.0) -> bool:
-        return self._background.flush(timeout)
-
-    def close(self) -> None:
-        """Write what is queued, then close the file."""
-        atexit.unregister(self.close)
-        self._background.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-
-    def _write_lines(self, events: list[AuditEvent]) -> None:
-        """The writer thread's: the only code that touches the file."""
-        pending: list[bytes] = []
-        size = self._size
-        for event in events:
-            line = event_json(event) + b"\n"
-            if self.max_bytes and size and size + len(line) > self.max_bytes:
-                self._write(pending)
-                pending, size = [], 0
-                self._rotate()
-            pending.append(line)
-            size += len(line)
-        self._write(pending)
-
-    def _write(self, lines: list[bytes]) -> None:
-        data = b"".join(lines)
-        while data:
-            written = os.write(self._fd, data)
-            data = data[written:]
-            self._size += written
-
-    def _rotate(self) -> None:
-        os.close(self._fd)
-        self._fd = -1
-        name = str(self.path)
-        if self.backups > 0:
-            for n in range(self.backups - 1, 0, -1):
-                if os.path.exists(f"{name}.{n}"):
-                    os.replace(f"{name}.{n}", f"{name}.{n + 1}")
-            os.replace(name, f"{name}.1")
-        else:
-            os.unlink(name)
-        self._fd = self._open()
-        self._size = 0
-
-
-class BatchingSink:
-    """Events handed to ``write_batch`` in batches from a background thread: every
-    ``flush_every_s`` seconds, or as soon as ``max_batch`` are waiting. A failing ``write_batch``
-    loses that batch (logged); it never raises into a request."""
-
-    def __init__(
-        self,
-        write_batch: Callable[[Sequence[AuditEvent]], None],
-        *,
-        flush_every_s: float = 1.0,
-        max_batch: int = 500,
-        max_queue: int = 100_000,
-    ) -> None:
-        self._background = _Background(
-            write_batch, name="audit-batches", linger_s=flush_every_s, max_batch=max_batch, max_queue=max_queue
-        )
-
-    def write(self, event: AuditEvent) -> None:
-        self._background.put(event)
-
-    def flush(self, timeout: float = 10.0) -> bool:
-        return self._background.flush(timeout)
-
-    def close(self) -> None:
-        self._background.close()
-
-
-class FanOutSink:
-    """Every event to each sink; one sink failing does not keep the event from the others."""
-
-    def __init__(self, *sinks: AuditSink) -> None:
-        self.sinks = sinks
-
-    def close(self) -> None:
-        for sink in self.sinks:
-            close = getattr(sink, "close", None)
-            if close is not None:
-                close()
-
-    def write(self, event: AuditEvent) -> None:
-        for sink in self.sinks:
-            try:
-                sink.write(event)
-            except Exception as exc:
-                log.warning("audit sink %s failed: %s", type(sink).__name__, type(exc).__name__)
-
-    def flush(self, timeout: float = 10.0) -> bool:
-        return all(sink.flush(timeout) for sink in self.sinks if isinstance(sink, _Flushable))
-
-
-def config_audit_sink(
-    path: str | None, catalog: CatalogDB | None
-) -> JsonLinesAuditSink | BatchingSink | FanOutSink | None:
-    """The sinks a server's config asks for: its ``auditLog`` file (``path``) and the catalog
-    database it serves, if any (where the admin API and ``deltaport admin audit`` read them)."""
-    sinks: list[JsonLinesAuditSink | BatchingSink] = []
-    if path is not None:
-        sinks.append(JsonLinesAuditSink(path))
-    if catalog is not None:
-        sinks.append(BatchingSink(catalog.add_audit_events, max_batch=BLOCK_EVENTS))
-    if len(sinks) > 1:
-        return FanOutSink(*sinks)
-    return sinks[0] if sinks else None
-
-
-class AuditLog:
-    """Turns answered requests into events for ``sink``, each timed by the request's arrival."""
-
-    def __init__(self, sink: AuditSink) -> None:
-        self.sink = sink
+    @property
+    def dropped(self) -> int:
+        return self._background.dropped
 
     def request(
         self, info: RequestInfo, route: str, method: str, seconds: float, path_params: Mapping[str, str]
@@ -366,17 +271,16 @@ class AuditLog:
             return
         download = action == "downloadFile"
         served = info.served
-        files = served.files if served else (1 if download and info.status < 400 else None)
         self._write(
             info,
             action,
             seconds,
-            share=info.share or path_params.get("share"),
-            schema=info.schema or path_params.get("schema"),
-            table=info.table or path_params.get("table"),
-            version=info.version,
-            files=files,
-            bytes=served.bytes if served else (info.bytes_sent if download else None),
+            info.share or path_params.get("share"),
+            info.schema or path_params.get("schema"),
+            info.table or path_params.get("table"),
+            info.version,
+            served.files if served else (1 if download and info.status < 400 else None),
+            served.bytes if served else (info.bytes_sent if download else None),
         )
 
     def _admin_event(self, info: RequestInfo, action: str, seconds: float, path_params: Mapping[str, str]) -> None:
@@ -387,16 +291,11 @@ class AuditLog:
             detail["name"] = info.target
         self._write(info, action, seconds, detail=detail)
 
-    def flush(self, timeout: float = 10.0) -> bool:
-        """Wait for the sink to write what it was given (sinks without ``flush`` write at once)."""
-        return self.sink.flush(timeout) if isinstance(self.sink, _Flushable) else True
-
     def _write(
         self,
         info: RequestInfo,
         action: str,
         seconds: float,
-        *,
         share: str | None = None,
         schema: str | None = None,
         table: str | None = None,
@@ -405,27 +304,84 @@ class AuditLog:
         bytes: int | None = None,
         detail: Mapping[str, object] | None = None,
     ) -> None:
-        """The event of ``info``'s request, with what every event names, to the sink. (Keyword
-        parameters rather than ``**fields``: this runs once per request, and a dict of them cost a
-        fifth more.)"""
-        event = AuditEvent(
-            time=info.time_ms,
-            request_id=info.request_id,
-            principal=info.principal or UNAUTHENTICATED,
-            action=action,
-            status=info.status,
-            client_ip=info.client_ip,
-            user_agent=info.user_agent,
-            share=share,
-            schema=schema,
-            table=table,
-            version=version,
-            files=files,
-            bytes=bytes,
-            duration_ms=round(seconds * 1000, 3),
-            detail=detail if detail is not None else {},
+        """Queue the values of the event of ``info``'s request, in :class:`AuditEvent`'s order, with
+        no ``detail`` as None: a tuple of plain values, which the garbage collector stops tracking.
+        (Positional parameters and a tuple, not ``**fields`` and an event: this runs once per
+        request, on the event loop.)"""
+        self._background.put(
+            (
+                info.time_ms,
+                info.request_id,
+                info.principal or UNAUTHENTICATED,
+                action,
+                info.status,
+                info.client_ip,
+                info.user_agent,
+                share,
+                schema,
+                table,
+                version,
+                files,
+                bytes,
+                round(seconds * 1000, 3),
+                detail,
+            )
         )
-        try:
-            self.sink.write(event)
-        except Exception as exc:  # the request has been answered: its event must not fail it
-            log.warning("audit sink %s failed: %s", type(self.sink).__name__, type(exc).__name__)
+
+    def add(self, event: AuditEvent) -> None:
+        """Queue an event made elsewhere; never blocks, never raises."""
+        self._background.put(tuple(getattr(event, name) for name in _FIELDS))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Whether every event queued before the call was handed to the sinks within ``timeout``
+        seconds."""
+        return self._background.flush(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued, then stop the thread (the sinks stay open: their owner closes
+        them)."""
+        atexit.unregister(self.close)
+        self._background.close(timeout)
+
+    def _write_block(self, batch: list[tuple[Any, ...]]) -> None:
+        """The writer thread's: a batch of queued values made one block, given to every sink."""
+        block = AuditBlock.of([_event(values) for values in batch])
+        for sink in self.sinks:
+            try:
+                sink(block)
+            except Exception as exc:  # never into requests: the events are lost there, the log says so
+                name = getattr(sink, "__qualname__", type(sink).__name__)
+                log.warning("audit sink %s: %d event(s) not written: %s", name, block.count, type(exc).__name__)
+
+
+_FIELDS = tuple(AuditEvent.__dataclass_fields__)
+
+
+def _event(values: tuple[Any, ...]) -> AuditEvent:
+    """The event of values queued by :meth:`AuditLog._write` (``detail`` last, None for none)."""
+    event = AuditEvent(*values)
+    if event.detail is None:
+        event.detail = {}
+    return event
+
+
+def config_audit_log(path: str | None, catalog: CatalogDB | None) -> tuple[AuditLog | None, Callable[[], None]]:
+    """The audit log a server's config asks for, writing to its ``auditLog`` file (``path``) and
+    to the catalog database it serves, if any (where the admin API and ``deltaport admin audit``
+    read them); and what closes it and its file."""
+    file = JsonLinesAuditSink(path) if path is not None else None
+    sinks: list[AuditSink] = []
+    if file is not None:
+        sinks.append(file.write)
+    if catalog is not None:
+        sinks.append(catalog.add_audit_block)
+    if not sinks:
+        return None, lambda: None
+    audit = AuditLog(sinks)
+
+    def close() -> None:
+        audit.close()
+        if file is not None:
+            file.close()
+
+    return audit, close

@@ -24,7 +24,7 @@ from fastapi import FastAPI
 
 from deltaport.delta import SnapshotCache
 from deltaport.server.access import IpAllowList, client_ip
-from deltaport.server.audit import AuditLog, AuditSink
+from deltaport.server.audit import AuditLog
 from deltaport.server.metrics import ServerMetrics, add_metrics_route
 from deltaport.server.request_info import RequestInfo, current_info
 
@@ -162,28 +162,27 @@ def observe(
     *,
     metrics: bool,
     metrics_token: str | None,
-    audit: AuditSink | None,
+    audit: AuditLog | None,
     trusted_proxies: Sequence[str],
 ) -> None:
     """Add the request observer to ``app``, feeding the metrics (served at ``/metrics``) and the
     audit log when asked for. Call it after the hot paths are added, so it sees their requests.
     The app's shutdown (``app.state.closing``) marks this worker's live metrics dead and waits
-    for the audit sink to write what it was given. ``app.state.audit`` is the audit log (None
-    without a sink)."""
+    for the audit log to write what it was given. ``app.state.audit`` is the audit log (None
+    without one)."""
     server_metrics = ServerMetrics(cache) if metrics else None
-    audit_log = AuditLog(audit) if audit is not None else None
     closing: list[Callable[[], object]] = getattr(app.state, "closing", [])
     if server_metrics is not None:
         add_metrics_route(app, server_metrics, metrics_token)
         closing.append(server_metrics.close)
-    if audit_log is not None:
-        closing.append(audit_log.flush)
-    app.state.audit = audit_log
+    if audit is not None:
+        closing.append(audit.flush)
+    app.state.audit = audit
     app.state.closing = closing
     app.add_middleware(
         RequestObserver,
         prefix=prefix,
         proxies=IpAllowList.parse(trusted_proxies),
         metrics=server_metrics,
-        audit=audit_log,
+        audit=audit,
     )

@@ -1,5 +1,5 @@
 """``GET /api/2.1/unity-catalog/audit-events`` on a real server over loopback: events stored in the
-catalog database (directly, and by real protocol requests through the audit sink) read back
+catalog database (directly, and by real protocol requests through the audit log) read back
 filtered and paged, bad parameters refused in Unity Catalog's shape, only admin tokens let in."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from test_admin_sdk import ADMIN, ENDPOINT
 
 from deltaport.catalog.model import AuditEvent
 from deltaport.catalog.store import CatalogDB
-from deltaport.server import BatchingSink, create_app, parse_config
+from deltaport.server import AuditLog, create_app, parse_config
 from deltaport.server.admin.activation import ACTIVATION_API
 from deltaport.server.admin.audit_routes import AuditQuery
 from deltaport.server.tokens import TokenBinding, TokenCodec
@@ -31,7 +31,7 @@ secrets_used.add(SECRET, label="the page token secret")
 class Audited:
     url: str
     catalog: CatalogDB
-    sink: BatchingSink
+    audit: AuditLog
     admin: httpx.Client
 
     def list(self, **params) -> dict:
@@ -66,13 +66,13 @@ def audited(tmp_path):
         base=tmp_path,
     )
     catalog = CatalogDB(config.catalog_url)
-    sink = BatchingSink(catalog.add_audit_events, flush_every_s=0.05)
-    server = RunningServer(create_app(config, catalog=catalog, audit=sink))
+    audit = AuditLog([catalog.add_audit_block], flush_every_s=0.05)
+    server = RunningServer(create_app(config, catalog=catalog, audit=audit))
     admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
-    yield Audited(server.url, catalog, sink, admin)
+    yield Audited(server.url, catalog, audit, admin)
     admin.close()
     server.stop()
-    sink.close()
+    audit.close()
     catalog.close()
 
 
@@ -275,7 +275,7 @@ def test_events_of_real_requests_are_listed_and_hold_no_token(audited):
     with httpx.Client(base_url=audited.url + ENDPOINT, timeout=30) as recipient:
         for token in (bearer, bearer, unknown):
             recipient.get("/shares", headers={"Authorization": f"Bearer {token}"})
-    assert audited.sink.flush(10)
+    assert audited.audit.flush(10)
     listing = audited.admin.get(ROUTE, params={"action": "listShares", "max_results": 2})
     assert listing.status_code == 200
     texts = [listing.text]
