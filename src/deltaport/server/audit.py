@@ -153,10 +153,10 @@ class _Background:
     ``max_batch`` are waiting, or on ``flush`` or ``close``. So a busy server wakes the thread once
     per batch, not once per item.
 
-    ``put`` never blocks and never raises (a full queue drops the item); it takes no lock: it is
-    called once per request, and a lock and a queue's bookkeeping cost half of what the rest of an
-    audit event does. ``flush`` waits until what was queued before it has been handled; ``close``
-    handles what is queued and stops the thread."""
+    ``put`` never blocks and never raises (a full queue drops the item); it takes no lock, as it
+    runs once per request on the event loop (a deque's append is atomic). ``flush`` waits until
+    what was queued before it has been handled; ``close`` handles what is queued and stops the
+    thread."""
 
     def __init__(
         self, handle: Callable[[list[Any]], None], *, name: str, linger_s: float, max_batch: int, max_queue: int
