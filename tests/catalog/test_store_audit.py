@@ -78,6 +78,8 @@ def test_a_block_is_one_row_of_the_lines_the_audit_file_writes(store):
     events = [event(i, detail={"n": i, "s": {"x"}, "t": "\u00e9\n,"}) for i in (2, 0, 1)]
     block = store_audit.AuditBlock.of(events)
     assert (block.count, block.first_time, block.last_time) == (3, 1000, 1002)
+    assert store_audit.AuditBlock.of(iter(events)) == block  # taken one at a time
+    assert store_audit.AuditBlock.of([]) == store_audit.AuditBlock(b"", 0, 0, 0)
     store.add_audit_block(block)
     store.add_audit_block(store_audit.AuditBlock(b"", 0, 0, 0))  # nothing: no row
     with store._engine.connect() as conn:

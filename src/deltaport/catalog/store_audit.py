@@ -17,7 +17,7 @@ it is given: keeping tokens, presigned URLs and credentials out of an event is t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ BLOCK_EVENTS = 4096  # what add_audit_events puts in one block
 _PLACE_BITS = 20  # an event's id: block id << _PLACE_BITS | place in the block
 MAX_BLOCK_EVENTS = 1 << _PLACE_BITS
 _BLOCKS_PER_READ = 64
+_NO_TIME = 1 << 62  # later than any event's time (epoch ms)
 _LINE = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 
 
@@ -70,9 +71,19 @@ class AuditBlock:
     last_time: int
 
     @classmethod
-    def of(cls, events: Sequence[AuditEvent]) -> AuditBlock:
-        times = [event.time for event in events]
-        return cls(b"".join(map(event_line, events)), len(events), min(times), max(times))
+    def of(cls, events: Iterable[AuditEvent]) -> AuditBlock:
+        """The block of ``events``, taken one at a time: each line is appended to one buffer as it
+        is rendered, so no event or line outlives its turn. (Keeping a batch's thousands of lines
+        alive until one join made the allocator hand memory back to the system and fault it in
+        again: on a busy server, more page faults than events, and a cost several times that of the
+        rendering.)"""
+        lines = bytearray()
+        count, first, last = 0, _NO_TIME, -_NO_TIME
+        for event in events:
+            lines += event_line(event)
+            count += 1
+            first, last = min(first, event.time), max(last, event.time)
+        return cls(bytes(lines), count, first, last) if count else cls(b"", 0, 0, 0)
 
     def json_array(self) -> str:
         """The events as one JSON array."""

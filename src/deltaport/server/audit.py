@@ -345,7 +345,7 @@ class AuditLog:
 
     def _write_block(self, batch: list[tuple[Any, ...]]) -> None:
         """The writer thread's: a batch of queued values made one block, given to every sink."""
-        block = AuditBlock.of([_event(values) for values in batch])
+        block = AuditBlock.of(map(_event, batch))
         for sink in self.sinks:
             try:
                 sink(block)
