@@ -24,7 +24,7 @@ def _add_catalogs(router: APIRouter, parts: AdminParts, admin: Any) -> None:
 
     @router.post("/catalogs", dependencies=[admin])
     def create_catalog(body: CreateCatalog) -> dict:
-        parts.check_writable()
+        parts.check_writable(body.name)
         made = db.create_catalog(body.name, comment=body.comment, storage_root=body.storage_root)
         parts.reload()
         return catalog_json(made)
@@ -58,7 +58,7 @@ def _add_schemas(router: APIRouter, parts: AdminParts, admin: Any) -> None:
 
     @router.post("/schemas", dependencies=[admin])
     def create_schema(body: CreateSchema) -> dict:
-        parts.check_writable()
+        parts.check_writable(f"{body.catalog_name}.{body.name}")
         made = db.create_schema(body.catalog_name, body.name, comment=body.comment)
         parts.reload()
         return schema_json(made)
@@ -99,7 +99,7 @@ def _add_tables(router: APIRouter, parts: AdminParts, admin: Any) -> None:
 
     @router.post("/tables", dependencies=[admin])
     def create_table(body: CreateTable) -> dict:
-        parts.check_writable()
+        parts.check_writable(f"{body.catalog_name}.{body.schema_name}.{body.name}")
         if body.table_type != "EXTERNAL" or body.data_source_format != "DELTA":
             raise InvalidParameter(
                 f"a table of type {body.table_type} in format {body.data_source_format} cannot be shared here: "
