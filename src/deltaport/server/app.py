@@ -291,9 +291,10 @@ def create_app(
     large responses beside the server process (started with the app, stopped with it); 0 keeps
     that work in-process. ``hot_paths`` answers GET /version and /metadata without the
     framework's machinery (see hot_paths.py); off, the routes answer them, with the same bytes.
-    ``catalog`` is the catalog database to serve (default: the config's ``catalog``, if any); with
-    one, the admin API is served too — beside the protocol, or as ``app.state.admin_app`` for a
-    listener of its own when the config names an ``adminPort``.
+    ``catalog`` is the catalog database to serve (the caller closes it; by default the config's
+    ``catalog``, if any, which the app closes at its shutdown); with one, the admin API is served
+    too — beside the protocol, or as ``app.state.admin_app`` for a listener of its own when the
+    config names an ``adminPort``.
     ``metrics``: Prometheus metrics at ``GET /metrics`` (metrics.py), only for
     ``Authorization: Bearer <metrics_token>`` when that is given. ``audit``: the audit log that
     takes each protocol request's, download's, admin write's and activation's event (audit.py; the
@@ -341,8 +342,9 @@ def create_app(
     _add_file_routes(app, service, verifier, cache, prefix)
     if hot_paths:  # the calls read exactly the parameters and headers their routes declare
         _add_hot_paths(app, prefix, {"version": version_call, "metadata": metadata_call})
+    opened = None  # a catalog database this app opens is closed at its shutdown, after the audit log
     if catalog is None and config.catalog_url is not None:
-        catalog = CatalogDB(config.catalog_url, activation_ttl_s=config.activation_link_ttl_seconds)
+        catalog = opened = CatalogDB(config.catalog_url, activation_ttl_s=config.activation_link_ttl_seconds)
     if catalog is not None:
         _serve_catalog(app, service, catalog, cache, store)
     elif config.source is not None:
@@ -361,6 +363,8 @@ def create_app(
     )
     if close_audit is not None:
         app.state.closing.append(close_audit)
+    if opened is not None:
+        app.state.closing.append(opened.close)
     if getattr(app.state, "admin_app", None) is not None:
         observe_also(app.state.admin_app, app, tuple(trusted_proxies) or config.trusted_proxies)
     app.add_middleware(AccessLog)  # added last: outermost, so it logs the hot paths too
