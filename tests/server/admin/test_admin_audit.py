@@ -3,11 +3,11 @@ and in the catalog database (read back through the admin API), never with a toke
 
 from __future__ import annotations
 
+import httpx
 import orjson
 import test_admin_sdk as sdk_tests
 from databricks.sdk import WorkspaceClient
 from databricks.sdk.service.sharing import AuthenticationType
-from fastapi.testclient import TestClient
 from servers import RunningServer
 from test_admin_sdk import ADMIN, _activate, _add_table, _grant, _sharing, _table_setup
 
@@ -81,13 +81,19 @@ def test_a_separate_admin_listener_has_request_ids_and_audit_events(tmp_path):
 def test_at_shutdown_the_last_events_are_stored_and_the_catalog_the_app_opened_is_closed(tmp_path):
     """The audit log writes what it holds, then the catalog database closes (SQLite then folds its
     write-ahead log into the database file and removes it)."""
-    config = parse_config({"version": 1, "catalog": "catalog.db", "adminTokens": [ADMIN]}, base=tmp_path)
-    with TestClient(create_app(config)) as client:
-        made = client.post(
-            "/api/2.1/unity-catalog/shares", json={"name": "late"}, headers={"Authorization": f"Bearer {ADMIN}"}
+    _, server = _server(tmp_path)
+    try:
+        made = httpx.post(
+            server.url + "/api/2.1/unity-catalog/shares",
+            json={"name": "late"},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+            timeout=10,
         )
         assert made.status_code == 200
         assert (tmp_path / "catalog.db-wal").exists()
+    finally:
+        server.stop()
+    assert not server.thread.is_alive()
     assert not (tmp_path / "catalog.db-wal").exists()
     stored = CatalogDB(f"sqlite:///{tmp_path / 'catalog.db'}")
     try:
