@@ -27,6 +27,8 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -61,6 +63,17 @@ def _start(kind: str, before_src: str, tables: dict[str, str], workdir: Path, re
             os.environ["PYTHONPATH"] = saved
 
 
+@contextmanager
+def _both(before_src: str, tables: dict[str, str], workdir: Path, recipient: bool) -> Iterator[dict]:
+    """A server of each kind (see :func:`_start`), by kind; stopped on leaving."""
+    servers = {kind: _start(kind, before_src, tables, workdir, recipient) for kind in KINDS}
+    try:
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
 def _at_once(servers: dict, table: str) -> dict[str, float]:
     """Seconds of one /query of ``table`` on every server, all sent at the same moment."""
     took: dict[str, float] = {}
@@ -79,8 +92,7 @@ def _at_once(servers: dict, table: str) -> dict[str, float]:
 def polled(before_src: str, workdir: Path, rounds: int, seconds: int) -> list[tuple[str, float, float, str]]:
     """/version and /metadata requests/s of both servers loaded together."""
     table = str(cs.TABLES / cs.CORPUS[0])
-    servers = {kind: _start(kind, before_src, {"t0": table}, workdir, recipient=True) for kind in KINDS}
-    try:
+    with _both(before_src, {"t0": table}, workdir, recipient=True) as servers:
         time.sleep(1)
         for server in servers.values():
             cs._pin(server.proc.pid, 0)
@@ -94,9 +106,6 @@ def polled(before_src: str, workdir: Path, rounds: int, seconds: int) -> list[tu
         for round_ in range(rounds):
             for route in cs.ROUTES:
                 cs._together(paths, route, seconds, load, rates, cpus, round_)
-    finally:
-        for server in servers.values():
-            server.stop()
     rows = []
     for route in cs.ROUTES:
         before, after = (statistics.mean(rates[(k, route)]) for k in KINDS)
@@ -106,18 +115,14 @@ def polled(before_src: str, workdir: Path, rounds: int, seconds: int) -> list[tu
 
 
 def warm(before_src: str, workdir: Path, rounds: int) -> tuple[str, float, float, str]:
-    servers = {kind: _start(kind, before_src, {"big": str(sq.BIG_LOG)}, workdir, recipient=False) for kind in KINDS}
-    try:
+    took: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    with _both(before_src, {"big": str(sq.BIG_LOG)}, workdir, recipient=False) as servers:
         time.sleep(1)
         for _ in range(2):
             _at_once(servers, "big")
-        took: dict[str, list[float]] = {kind: [] for kind in KINDS}
         for _ in range(rounds * 4):
             for kind, seconds in _at_once(servers, "big").items():
                 took[kind].append(seconds)
-    finally:
-        for server in servers.values():
-            server.stop()
     return ("/query 300k warm, s", *(statistics.median(took[k]) for k in KINDS), "median, both queried at once")
 
 
@@ -128,14 +133,10 @@ def cold(before_src: str, workdir: Path, times: int) -> tuple[str, float, float,
         return None
     took: dict[str, list[float]] = {kind: [] for kind in KINDS}
     for _ in range(times):
-        servers = {kind: _start(kind, before_src, {"m": str(table)}, workdir, recipient=False) for kind in KINDS}
-        try:
+        with _both(before_src, {"m": str(table)}, workdir, recipient=False) as servers:
             time.sleep(1.5)  # the keying workers start
             for kind, seconds in _at_once(servers, "m").items():
                 took[kind].append(seconds)
-        finally:
-            for server in servers.values():
-                server.stop()
     return ("/query 1M cold, s", *(statistics.median(took[k]) for k in KINDS), "median, fresh servers queried at once")
 
 
