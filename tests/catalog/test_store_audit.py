@@ -91,6 +91,21 @@ def test_a_block_is_one_row_of_the_lines_the_audit_file_writes(store):
     assert store.audit_events(since_ms=1001) and not store.audit_events(since_ms=1003)
 
 
+def test_blocks_joined_are_the_block_of_all_their_events_in_order():
+    events = [event(i) for i in (5, 1, 7, 3)]
+    parts = [
+        store_audit.AuditBlock.of(events[:1]),
+        store_audit.AuditBlock.of([]),
+        store_audit.AuditBlock.of(events[1:]),
+    ]
+    assert store_audit.AuditBlock.join(parts) == store_audit.AuditBlock.of(events)
+    assert (
+        store_audit.AuditBlock.join([])
+        == store_audit.AuditBlock.join([parts[1]])
+        == store_audit.AuditBlock(b"", 0, 0, 0)
+    )
+
+
 def test_a_block_holds_at_most_two_to_the_twenty_events(store):
     with pytest.raises(ValueError, match="at most"):
         store.add_audit_block(store_audit.AuditBlock(b"", store_audit.MAX_BLOCK_EVENTS + 1, 0, 0))

@@ -306,6 +306,43 @@ def test_events_go_out_as_one_block_when_due_or_when_a_block_is_full(monkeypatch
     due.close()
 
 
+def _rendered(log: AuditLog) -> bool:
+    """Whether ``log`` renders what is queued within moments (a busy server's events are not kept
+    waiting as values for their block's second)."""
+    deadline = time.monotonic() + 5
+    while log.waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return log.waiting == 0
+
+
+def test_queued_events_are_rendered_at_once_and_written_together_when_their_block_is_due():
+    sink = Blocks()
+    log = AuditLog([sink], flush_every_s=60)
+    log.add(_event(1))
+    log.add(_event(2))
+    assert _rendered(log) and not sink.blocks  # rendered, the block not yet due
+    log.add(_event(3))
+    assert _rendered(log) and not sink.blocks
+    assert log.flush(10) and sink.times() == [[1, 2, 3]]  # one block
+    log.close()
+
+
+def test_a_block_never_takes_more_than_block_events(monkeypatch):
+    from deltaport.server import audit
+
+    monkeypatch.setattr(audit, "BLOCK_EVENTS", 3)
+    sink = Blocks()
+    log = AuditLog([sink], flush_every_s=60)
+    for n in (1, 2):
+        log.add(_event(n))
+    assert _rendered(log) and not sink.blocks
+    for n in (3, 4):
+        log.add(_event(n))
+    assert sink.arrived.wait(10) and sink.times() == [[1, 2]]  # 3 and 4 would take it over
+    assert log.flush(10) and sink.times() == [[1, 2], [3, 4]]
+    log.close()
+
+
 def test_flush_waits_for_the_sinks_and_close_writes_what_is_queued():
     release = threading.Event()
     sink = Blocks()

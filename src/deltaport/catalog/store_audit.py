@@ -85,6 +85,19 @@ class AuditBlock:
             first, last = min(first, event.time), max(last, event.time)
         return cls(bytes(lines), count, first, last) if count else cls(b"", 0, 0, 0)
 
+    @classmethod
+    def join(cls, blocks: Sequence[AuditBlock]) -> AuditBlock:
+        """One block of the events of ``blocks``, in order."""
+        blocks = [block for block in blocks if block.count]
+        if not blocks:
+            return cls(b"", 0, 0, 0)
+        return cls(
+            b"".join(block.lines for block in blocks),
+            sum(block.count for block in blocks),
+            min(block.first_time for block in blocks),
+            max(block.last_time for block in blocks),
+        )
+
     def json_array(self) -> str:
         """The events as one JSON array."""
         return "[" + self.lines[:-1].decode().replace("\n", ",") + "]"
