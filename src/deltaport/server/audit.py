@@ -5,22 +5,24 @@ An event names the principal (a recipient's name, ``admin``, ``anonymous``, or
 ``unauthenticated`` when the request never authenticated), never a token; and tables by name,
 never a URL: no query string (where presigned URLs carry their signatures) reaches an event.
 
-:class:`AuditLog` takes an event's values from the request that answered (a tuple, queued without a
-lock) and writes them from a thread of its own: within :data:`DRAIN_EVERY_S` it makes the queued
-events and renders each once as a line of JSON (``store_audit.event_line``); every second, or as
-soon as :data:`~deltaport.catalog.store_audit.BLOCK_EVENTS` are rendered, it hands them as one
-block to each sink (:data:`AuditSink`): :class:`JsonLinesAuditSink` appends it to a file it
-rotates, the catalog database stores it as one row (``CatalogDB.add_audit_block``). Every step
-after the queue runs on the writer, in a loop over the batch: on a loaded server the same steps
-done once per request, between other work, cost more. A full queue drops the event (and says so
-in the server log) rather than hold up a request; a failing sink is logged, never raised into a
-request, and does not keep the block from the other sinks.
+:class:`AuditLog` takes what an event is made of from the request that answered (a tuple of its
+fields, queued without a lock) and writes events from a thread of its own: within
+:data:`DRAIN_EVERY_S` it makes the queued events and renders each once as a line of JSON
+(``store_audit.event_line``); every second, or as soon as
+:data:`~deltaport.catalog.store_audit.BLOCK_EVENTS` are rendered, it hands them as one block to each
+sink (:data:`AuditSink`): :class:`JsonLinesAuditSink` appends it to a file it rotates, the catalog
+database stores it as one row (``CatalogDB.add_audit_block``). Every step after the queue runs on
+the writer, in a loop over the batch: on a loaded server the same steps done once per request,
+between other work, cost more. A full queue drops the event (and says so in the server log) rather
+than hold up a request; a failing sink is logged, never raised into a request, and does not keep the
+block from the other sinks.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import operator
 import os
 import threading
 import time
@@ -278,11 +280,11 @@ class AuditLog:
     are rendered, or on :meth:`flush` or :meth:`close`. Each event is timed by its request's
     arrival.
 
-    A request only queues its event's values, in :class:`AuditEvent`'s order. While they keep
-    coming, the thread takes them every :data:`DRAIN_EVERY_S` seconds and renders them at once
-    (``AuditBlock.of``, one line each); the rendered parts wait for their block, which goes to
-    every sink as one. At most ``max_pending`` events wait; beyond that they are dropped (and
-    logged). Closed at interpreter exit if not before."""
+    A request only queues what its event is made of (:meth:`request`). While requests keep coming,
+    the thread takes what they queued every :data:`DRAIN_EVERY_S` seconds, makes their events and
+    renders them at once (``AuditBlock.of``, one line each); the rendered parts wait for their
+    block, which goes to every sink as one. At most ``max_pending`` events wait; beyond that they
+    are dropped (and logged). Closed at interpreter exit if not before."""
 
     def __init__(self, sinks: Sequence[AuditSink], *, flush_every_s: float = 1.0, max_pending: int = 100_000) -> None:
         self.sinks = tuple(sinks)
@@ -314,75 +316,16 @@ class AuditLog:
     def request(
         self, info: RequestInfo, route: str, method: str, seconds: float, path_params: Mapping[str, str]
     ) -> None:
-        """The event of an answered protocol request or download (other requests have none)."""
-        action = ACTIONS.get((route, method))
-        if action is None:
-            admin_action = ADMIN_ACTIONS.get((route, method))
-            if admin_action is not None:
-                self._admin_event(info, admin_action, seconds, path_params)
-            return
-        download = action == "downloadFile"
-        served = info.served
-        self._write(
-            info,
-            action,
-            seconds,
-            info.share or path_params.get("share"),
-            info.schema or path_params.get("schema"),
-            info.table or path_params.get("table"),
-            info.version,
-            served.files if served else (1 if download and info.status < 400 else None),
-            served.bytes if served else (info.bytes_sent if download else None),
-        )
-
-    def _admin_event(self, info: RequestInfo, action: str, seconds: float, path_params: Mapping[str, str]) -> None:
-        """The event of an admin write or an activation: the names its path and body give (never
-        the activation token its path carries)."""
-        detail = {k: v for k, v in path_params.items() if "token" not in k}
-        if info.target is not None:
-            detail["name"] = info.target
-        self._write(info, action, seconds, detail=detail)
-
-    def _write(
-        self,
-        info: RequestInfo,
-        action: str,
-        seconds: float,
-        share: str | None = None,
-        schema: str | None = None,
-        table: str | None = None,
-        version: int | None = None,
-        files: int | None = None,
-        bytes: int | None = None,
-        detail: Mapping[str, object] | None = None,
-    ) -> None:
-        """Queue the values of the event of ``info``'s request, in :class:`AuditEvent`'s order, with
-        no ``detail`` as None: a tuple of plain values, which the garbage collector stops tracking.
-        (Positional parameters and a tuple, not ``**fields`` and an event: this runs once per
-        request, on the event loop.)"""
-        self._background.put(
-            (
-                info.time_ms,
-                info.request_id,
-                info.principal or UNAUTHENTICATED,
-                action,
-                info.status,
-                info.client_ip,
-                info.user_agent,
-                share,
-                schema,
-                table,
-                version,
-                files,
-                bytes,
-                round(seconds * 1000, 3),
-                detail,
-            )
-        )
+        """Queue what an answered request leaves for its event, if its route has one: the route's
+        template, the method, the time taken, the path's parameters and ``info``'s fields, read in
+        one call. The writer makes the event (:func:`_event`); this runs once per request, on the
+        event loop."""
+        if route in _AUDITED:
+            self._background.put((route, method, seconds, path_params, _TAKEN(info)))
 
     def add(self, event: AuditEvent) -> None:
         """Queue an event made elsewhere; never blocks, never raises."""
-        self._background.put(tuple(getattr(event, name) for name in _FIELDS))
+        self._background.put(event)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Whether every event queued before the call was handed to the sinks within ``timeout``
@@ -395,10 +338,10 @@ class AuditLog:
         atexit.unregister(self.close)
         self._background.close(timeout)
 
-    def _render(self, batch: list[tuple[Any, ...]]) -> None:
-        """The writer thread's: a batch of queued values rendered, added to the block being made
-        (written first if the batch would take it over ``BLOCK_EVENTS``)."""
-        part = AuditBlock.of(map(_event, batch))
+    def _render(self, batch: list[Any]) -> None:
+        """The writer thread's: the events of a batch of queued items rendered, added to the block
+        being made (written first if the batch would take it over ``BLOCK_EVENTS``)."""
+        part = AuditBlock.of(filter(None, map(_event, batch)))
         if self._rendered + part.count > BLOCK_EVENTS:
             self._write_parts()
         if not self._parts:
@@ -426,14 +369,54 @@ class AuditLog:
                 log.warning("audit sink %s: %d event(s) not written: %s", name, block.count, type(exc).__name__)
 
 
-_FIELDS = tuple(AuditEvent.__dataclass_fields__)
+#: The fields of a request's RequestInfo its event is made of, in this order, read in one call.
+_TAKEN = operator.attrgetter(
+    "time_ms",
+    "request_id",
+    "principal",
+    "status",
+    "client_ip",
+    "user_agent",
+    "share",
+    "schema",
+    "table",
+    "version",
+    "served",
+    "bytes_sent",
+    "target",
+)
+#: The route templates of the requests that have an event.
+_AUDITED = frozenset(route for route, _ in (*ACTIONS, *ADMIN_ACTIONS))
 
 
-def _event(values: tuple[Any, ...]) -> AuditEvent:
-    """The event of values queued by :meth:`AuditLog._write` (``detail`` last, None for none)."""
-    event = AuditEvent(*values)
-    if event.detail is None:
-        event.detail = {}
+def _event(item: AuditEvent | tuple[Any, ...]) -> AuditEvent | None:
+    """The event of an item :meth:`AuditLog.request` queued (None if its method has none), or of
+    one :meth:`AuditLog.add` queued: the writer's. An admin write's or activation's event names
+    what its path and body give, never the activation token its path carries."""
+    if isinstance(item, AuditEvent):
+        return item
+    route, method, seconds, path_params, taken = item
+    time_ms, request_id, principal, status, client_ip, user_agent = taken[:6]
+    share, schema, table, version, served, sent, target = taken[6:]
+    event = AuditEvent(time_ms, request_id, principal or UNAUTHENTICATED, "", status, client_ip, user_agent)
+    event.duration_ms = round(seconds * 1000, 3)
+    action = ACTIONS.get((route, method))
+    if action is None:
+        action = ADMIN_ACTIONS.get((route, method))
+        if action is None:
+            return None
+        event.detail = {k: v for k, v in path_params.items() if "token" not in k}
+        if target is not None:
+            event.detail["name"] = target
+    else:
+        download = action == "downloadFile"
+        event.share = share or path_params.get("share")
+        event.schema = schema or path_params.get("schema")
+        event.table = table or path_params.get("table")
+        event.version = version
+        event.files = served.files if served else (1 if download and status < 400 else None)
+        event.bytes = served.bytes if served else (sent if download else None)
+    event.action = action
     return event
 
 
