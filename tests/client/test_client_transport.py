@@ -54,7 +54,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(200)
         self.send_header("Content-Length", str(len(chunk)))
         self.end_headers()
-        self.wfile.write(chunk)
+        try:
+            self.wfile.write(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client hung up before the whole body: nothing to report
 
     do_HEAD = do_GET
 
