@@ -240,7 +240,11 @@ class Blocks:
         self.arrived.set()
 
     def times(self) -> list[list[int]]:
-        return [[orjson.loads(line)["time"] for line in block.lines.splitlines()] for block in self.blocks]
+        return self.times_of(self.blocks)
+
+    @staticmethod
+    def times_of(blocks: list[AuditBlock]) -> list[list[int]]:
+        return [[orjson.loads(line)["time"] for line in block.lines.splitlines()] for block in blocks]
 
 
 def test_the_file_rotates_before_a_line_would_take_it_over_its_size(tmp_path):
@@ -363,21 +367,61 @@ def test_flush_waits_for_the_sinks_and_close_writes_what_is_queued():
     assert log.flush(1) and sink.times() == [[1], [2]]
 
 
-def test_a_failing_sink_is_logged_and_the_next_block_goes_out(caplog):
-    calls: list[int] = []
+def test_a_block_a_sink_failed_is_logged_and_written_before_its_next_one(caplog):
+    written: list[list[int]] = []
 
     def flaky(block: AuditBlock) -> None:
-        calls.append(block.count)
-        if len(calls) == 1:
+        if not caplog.records:  # fails once, as a database gone for a moment
             raise RuntimeError("database is locked")
+        written.extend(Blocks.times_of([block]))
 
-    log = AuditLog([flaky], flush_every_s=60)
+    others = Blocks()
+    log = AuditLog([flaky, others], flush_every_s=60)
     log.add(_event(1))
-    assert log.flush(10)
+    assert log.flush(10) and written == [] and others.times() == [[1]]
     log.add(_event(2))
     assert log.flush(10)
     log.close()
-    assert calls == [1, 1] and "RuntimeError" in caplog.text and "flaky" in caplog.text
+    assert written == [[1], [2]] and others.times() == [[1], [2]]
+    assert "RuntimeError" in caplog.text and "flaky" in caplog.text and "never written" not in caplog.text
+
+
+def test_a_failed_block_is_tried_again_though_nothing_new_comes():
+    fails = [True]
+    written = Blocks()
+
+    def once_down(block: AuditBlock) -> None:
+        if fails.pop() if fails else False:
+            raise OSError("connection refused")
+        written(block)
+
+    log = AuditLog([once_down], flush_every_s=0.05)
+    log.add(_event(1))
+    assert written.arrived.wait(10) and written.times() == [[1]]
+    log.close()
+
+
+def test_a_sink_that_keeps_failing_keeps_at_most_max_pending_events_and_says_what_it_lost(caplog):
+    up = threading.Event()
+    written = Blocks()
+
+    def down_for_a_while(block: AuditBlock) -> None:
+        if not up.is_set():
+            raise OSError("connection refused")
+        written(block)
+
+    log = AuditLog([down_for_a_while], flush_every_s=60, max_pending=2)
+    for n in range(1, 6):
+        log.add(_event(n))
+        assert log.flush(10)
+    assert caplog.text.count("1 event(s) dropped, never written") == 3
+    up.set()
+    log.add(_event(6))
+    assert log.flush(10) and written.times() == [[4], [5], [6]]  # the newest two kept, in order
+    log.add(_event(7))
+    up.clear()
+    log.close()
+    assert "1 event(s) never written, the log closed" in caplog.text
 
 
 def test_a_full_log_drops_rather_than_blocks(caplog):

@@ -15,7 +15,7 @@ database stores it as one row (``CatalogDB.add_audit_block``). Every step after 
 the writer, in a loop over the batch: on a loaded server the same steps done once per request,
 between other work, cost more. A full queue drops the event (and says so in the server log) rather
 than hold up a request; a failing sink is logged, never raised into a request, and does not keep the
-block from the other sinks.
+block from the other sinks; the block is kept for it and written before its next one.
 """
 
 from __future__ import annotations
@@ -278,7 +278,9 @@ class AuditLog:
     """Turns answered requests into events and writes them to ``sinks``, from a thread of its own
     (``audit-writer``), in blocks: every ``flush_every_s`` seconds, or as soon as ``BLOCK_EVENTS``
     are rendered, or on :meth:`flush` or :meth:`close`. Each event is timed by its request's
-    arrival.
+    arrival. A block a sink fails to write (a database gone for a while, a full disk) is kept for
+    that sink and written before its next one; beyond ``max_pending`` events kept so, the oldest
+    are dropped (and logged).
 
     A request only queues what its event is made of (:meth:`request`). While requests keep coming,
     the thread takes what they queued every :data:`DRAIN_EVERY_S` seconds, makes their events and
@@ -292,6 +294,9 @@ class AuditLog:
         self._parts: list[AuditBlock] = []  # rendered, waiting for their block
         self._rendered = 0
         self._first_rendered = 0.0  # monotonic time of the oldest part
+        self._unsent: list[list[AuditBlock]] = [[] for _ in self.sinks]  # each sink's blocks to write, oldest first
+        self._max_unsent = max_pending
+        self._last_try = 0.0  # monotonic time the sinks were last given blocks
         self._background = _Background(
             self._render,
             tick=self._write_if_due,
@@ -337,6 +342,10 @@ class AuditLog:
         them)."""
         atexit.unregister(self.close)
         self._background.close(timeout)
+        for sink, unsent in zip(self.sinks, self._unsent):
+            if unsent:
+                lost = sum(block.count for block in unsent)
+                log.warning("audit sink %s: %d event(s) never written, the log closed", _name(sink), lost)
 
     def _render(self, batch: list[Any]) -> None:
         """The writer thread's: the events of a batch of queued items rendered, added to the block
@@ -352,21 +361,44 @@ class AuditLog:
             self._write_parts()
 
     def _write_if_due(self) -> None:
-        if self._parts and self._every > 0 and time.monotonic() - self._first_rendered >= self._every:
+        if self._every <= 0:
+            return
+        now = time.monotonic()
+        if self._parts and now - self._first_rendered >= self._every:
             self._write_parts()
+        elif any(self._unsent) and now - self._last_try >= self._every:
+            self._write_parts()  # a failed block tried again, though nothing new came
 
     def _write_parts(self) -> None:
-        """The rendered parts as one block, given to every sink."""
-        if not self._parts:
-            return
-        block = AuditBlock.join(self._parts)
-        self._parts, self._rendered = [], 0
-        for sink in self.sinks:
+        """The rendered parts as one block, given to every sink after the blocks it has still to
+        take."""
+        if self._parts:
+            block = AuditBlock.join(self._parts)
+            self._parts, self._rendered = [], 0
+            for unsent in self._unsent:
+                unsent.append(block)
+        self._last_try = time.monotonic()
+        for sink, unsent in zip(self.sinks, self._unsent):
+            self._send(sink, unsent)
+
+    def _send(self, sink: AuditSink, unsent: list[AuditBlock]) -> None:
+        """``unsent`` written to ``sink``, oldest first, up to a failure: never raised into requests;
+        what failed stays in ``unsent``, but for the oldest events beyond ``max_pending``."""
+        while unsent:
             try:
-                sink(block)
-            except Exception as exc:  # never into requests: the events are lost there, the log says so
-                name = getattr(sink, "__qualname__", type(sink).__name__)
-                log.warning("audit sink %s: %d event(s) not written: %s", name, block.count, type(exc).__name__)
+                sink(unsent[0])
+            except Exception as exc:
+                kept = sum(block.count for block in unsent)
+                log.warning("audit sink %s: %d event(s) not written yet: %s", _name(sink), kept, type(exc).__name__)
+                while len(unsent) > 1 and kept > self._max_unsent:
+                    kept -= unsent[0].count
+                    log.warning("audit sink %s: %d event(s) dropped, never written", _name(sink), unsent.pop(0).count)
+                return
+            unsent.pop(0)
+
+
+def _name(sink: AuditSink) -> str:
+    return getattr(sink, "__qualname__", type(sink).__name__)
 
 
 #: The fields of a request's RequestInfo its event is made of, in this order, read in one call.

@@ -525,6 +525,15 @@ def _back(served: Served) -> None:
     assert {s.name for s in w.shares.list_shares()} == {"s", "after"}
 
 
+def _audited(db: CatalogDB, request_id: str, within_s: float = 10) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if any(event.request_id == request_id for _, event in db.audit_events(limit=10_000)):
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def test_postgres_going_away_is_503_for_admin_and_recipients_keep_reading(own_postgres, root):
     served = Served(own_postgres.create_database())
     try:
@@ -535,9 +544,12 @@ def test_postgres_going_away_is_503_for_admin_and_recipients_keep_reading(own_po
         _reads(recipient)  # the catalog last loaded
         time.sleep(0.5)  # the feed's polls fail meanwhile; serving goes on
         _reads(recipient)
+        assert recipient.get("/shares", headers={"X-Request-Id": "read-while-away"}).status_code == 200
+        time.sleep(1.5)  # its audit event's block fails to go into the database meanwhile
         own_postgres.start()
         _back(served)
         assert {s["name"] for s in recipient.get("/shares").json()["items"]} == {"s", "after"}
+        assert _audited(served.db, "read-while-away")  # kept by the audit log, stored once it could be
     finally:
         served.stop()
 
