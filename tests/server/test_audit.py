@@ -331,6 +331,18 @@ def test_queued_events_are_rendered_at_once_and_written_together_when_their_bloc
     log.close()
 
 
+def test_a_request_whose_method_has_no_event_gives_the_sinks_nothing():
+    from deltaport.server.errors import ADMIN_PREFIX
+    from deltaport.server.request_info import RequestInfo
+
+    sink = Blocks()
+    log = AuditLog([sink], flush_every_s=60)
+    read = RequestInfo("r1", "127.0.0.1", None, 1, 0.0, principal="admin", status=200)
+    log.request(read, ADMIN_PREFIX + "/shares", "GET", 0.001, {})  # a listing, on a route writes share
+    assert log.flush(10) and sink.blocks == []
+    log.close()
+
+
 def test_a_block_never_takes_more_than_block_events(monkeypatch):
     from deltaport.server import audit
 

@@ -292,7 +292,6 @@ class AuditLog:
         self.sinks = tuple(sinks)
         self._every = flush_every_s
         self._parts: list[AuditBlock] = []  # rendered, waiting for their block
-        self._rendered = 0
         self._first_rendered = 0.0  # monotonic time of the oldest part
         self._unsent: list[list[AuditBlock]] = [[] for _ in self.sinks]  # each sink's blocks to write, oldest first
         self._max_unsent = max_pending
@@ -351,13 +350,14 @@ class AuditLog:
         """The writer thread's: the events of a batch of queued items rendered, added to the block
         being made (written first if the batch would take it over ``BLOCK_EVENTS``)."""
         part = AuditBlock.of(filter(None, map(_event, batch)))
-        if self._rendered + part.count > BLOCK_EVENTS:
+        if not part.count:  # only requests whose method has no event
+            return
+        if sum(p.count for p in self._parts) + part.count > BLOCK_EVENTS:
             self._write_parts()
         if not self._parts:
             self._first_rendered = time.monotonic()
         self._parts.append(part)
-        self._rendered += part.count
-        if self._rendered >= BLOCK_EVENTS:
+        if sum(p.count for p in self._parts) >= BLOCK_EVENTS:
             self._write_parts()
 
     def _write_if_due(self) -> None:
@@ -374,7 +374,7 @@ class AuditLog:
         take."""
         if self._parts:
             block = AuditBlock.join(self._parts)
-            self._parts, self._rendered = [], 0
+            self._parts = []
             for unsent in self._unsent:
                 unsent.append(block)
         self._last_try = time.monotonic()
@@ -430,13 +430,13 @@ def _event(item: AuditEvent | tuple[Any, ...]) -> AuditEvent | None:
     route, method, seconds, path_params, taken = item
     time_ms, request_id, principal, status, client_ip, user_agent = taken[:6]
     share, schema, table, version, served, sent, target = taken[6:]
-    event = AuditEvent(time_ms, request_id, principal or UNAUTHENTICATED, "", status, client_ip, user_agent)
-    event.duration_ms = round(seconds * 1000, 3)
-    action = ACTIONS.get((route, method))
+    admin = (route, method) not in ACTIONS
+    action = (ADMIN_ACTIONS if admin else ACTIONS).get((route, method))
     if action is None:
-        action = ADMIN_ACTIONS.get((route, method))
-        if action is None:
-            return None
+        return None
+    event = AuditEvent(time_ms, request_id, principal or UNAUTHENTICATED, action, status, client_ip, user_agent)
+    event.duration_ms = round(seconds * 1000, 3)
+    if admin:
         event.detail = {k: v for k, v in path_params.items() if "token" not in k}
         if target is not None:
             event.detail["name"] = target
@@ -448,7 +448,6 @@ def _event(item: AuditEvent | tuple[Any, ...]) -> AuditEvent | None:
         event.version = version
         event.files = served.files if served else (1 if download and status < 400 else None)
         event.bytes = served.bytes if served else (sent if download else None)
-    event.action = action
     return event
 
 
