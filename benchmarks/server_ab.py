@@ -1,6 +1,7 @@
 """Two versions of the sharing server side by side, measured at the same moment: before and after.
 
-    python benchmarks/server_ab.py --before SRC [--rounds 3] [--seconds 10] [--cold 3] [--workdir .bench]
+    python benchmarks/server_ab.py --before SRC [--rounds 3] [--seconds 10] [--cold 3] [--audit]
+                                   [--workdir .bench]
 
 ``SRC`` is the ``src`` folder of another checkout (e.g. ``git worktree add ../before <commit>``); the
 "before" server runs `deltaport serve` with it first on ``PYTHONPATH``, the "after" server runs
@@ -10,6 +11,8 @@ servers take the same load at the same time, so a drift falls on both alike.
 
   /version, /metadata   a cached table, one wrk -t1 -c16 per server, both servers pinned to CPU 0
                         and the wrk processes to CPU 1: requests/s and CPU time per request
+                        (with ``--audit``, both servers write an audit event per request to an
+                        ``auditLog`` file: the audit log's cost, before and after)
   300k warm             the 300k-file log's /query (full NDJSON), sent to both at once, ``--rounds``
                         x 4 times after two warm-up queries: median seconds
   1M cold               the generated 1,000,000-file table (made by benchmarks/server_query.py),
@@ -41,9 +44,12 @@ TOKEN = "server-ab-bench-token-0123456789abcdef"
 POLLED = "/delta-sharing/shares/s/schemas/s/tables/t0"
 
 
-def _start(kind: str, before_src: str, tables: dict[str, str], workdir: Path, recipient: bool) -> cs.ServeProcess:
+def _start(
+    kind: str, before_src: str, tables: dict[str, str], workdir: Path, recipient: bool, audit: bool = False
+) -> cs.ServeProcess:
     """A server of ``kind``: the ``before`` code via PYTHONPATH, or the installed one. With
-    ``recipient``, share ``s.s`` behind a bearer token, else server_query's open share."""
+    ``recipient``, share ``s.s`` behind a bearer token (and with ``audit``, an ``auditLog`` file),
+    else server_query's open share."""
     saved = os.environ.get("PYTHONPATH")
     if kind == "before":
         os.environ["PYTHONPATH"] = before_src
@@ -55,7 +61,10 @@ def _start(kind: str, before_src: str, tables: dict[str, str], workdir: Path, re
             return sq.Server(tables, folder)
         listed = [{"name": name, "location": path} for name, path in tables.items()]
         share = {"name": "s", "schemas": [{"name": "s", "tables": listed}]}
-        return cs.ServeProcess({"version": 1, "shares": [share], "authorization": {"bearerToken": TOKEN}}, folder)
+        config = {"version": 1, "shares": [share], "authorization": {"bearerToken": TOKEN}}
+        if audit:
+            config["auditLog"] = str(folder / "audit.jsonl")
+        return cs.ServeProcess(config, folder)
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
@@ -64,9 +73,11 @@ def _start(kind: str, before_src: str, tables: dict[str, str], workdir: Path, re
 
 
 @contextmanager
-def _both(before_src: str, tables: dict[str, str], workdir: Path, recipient: bool) -> Iterator[dict]:
+def _both(
+    before_src: str, tables: dict[str, str], workdir: Path, recipient: bool, audit: bool = False
+) -> Iterator[dict]:
     """A server of each kind (see :func:`_start`), by kind; stopped on leaving."""
-    servers = {kind: _start(kind, before_src, tables, workdir, recipient) for kind in KINDS}
+    servers = {kind: _start(kind, before_src, tables, workdir, recipient, audit) for kind in KINDS}
     try:
         yield servers
     finally:
@@ -89,10 +100,13 @@ def _at_once(servers: dict, table: str) -> dict[str, float]:
     return took
 
 
-def polled(before_src: str, workdir: Path, rounds: int, seconds: int) -> list[tuple[str, float, float, str]]:
-    """/version and /metadata requests/s of both servers loaded together."""
+def polled(
+    before_src: str, workdir: Path, rounds: int, seconds: int, audit: bool = False
+) -> list[tuple[str, float, float, str]]:
+    """/version and /metadata requests/s of both servers loaded together (with ``audit``, each
+    writing an audit event per request)."""
     table = str(cs.TABLES / cs.CORPUS[0])
-    with _both(before_src, {"t0": table}, workdir, recipient=True) as servers:
+    with _both(before_src, {"t0": table}, workdir, recipient=True, audit=audit) as servers:
         time.sleep(1)
         for server in servers.values():
             cs._pin(server.proc.pid, 0)
@@ -147,18 +161,24 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=10, help="per /version or /metadata round")
     ap.add_argument("--cold", type=int, default=3, help="1M cold queries per server")
     ap.add_argument("--workdir", default=str(Path(__file__).resolve().parent.parent / ".bench"))
+    ap.add_argument(
+        "--audit",
+        action="store_true",
+        help="the /version and /metadata servers write an audit event per request to an auditLog file",
+    )
     args = ap.parse_args()
     if not (Path(args.before) / "deltaport").is_dir():
         ap.error(f"--before {args.before}: no deltaport package there (give a checkout's src folder)")
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="deltaport-ab-", dir=work) as tmp:
-        rows = polled(args.before, Path(tmp), args.rounds, args.seconds)
+        rows = polled(args.before, Path(tmp), args.rounds, args.seconds, args.audit)
         rows.append(warm(args.before, Path(tmp), args.rounds))
         big = cold(args.before, work, args.cold)
         if big is not None:
             rows.append(big)
-    print(f"\nbefore: {args.before}; after: the installed deltaport. Both measured at the same moment.")
+    audited = " /version and /metadata servers audit every request (auditLog file)." if args.audit else ""
+    print(f"\nbefore: {args.before}; after: the installed deltaport. Both measured at the same moment.{audited}")
     print(f"{'figure':22s} {'before':>10s} {'after':>10s} {'after/before':>13s}  how")
     for name, before, after, how in rows:
         shown = ",.0f" if before >= 100 else ".3f"

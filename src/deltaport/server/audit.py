@@ -86,8 +86,8 @@ ADMIN_ACTIONS[(ACTIVATION_API + "/{activation_token}", "GET")] = "activateRecipi
 UNAUTHENTICATED = "unauthenticated"
 #: How often the writer takes queued events while they keep coming. Values left queued for a
 #: whole block's second stay interleaved with the serving thread's own allocations and slow all of
-#: its work: taking them within this gave a loaded catalog server about 5 % more requests/s
-#: (benchmarks/catalog_serving.py), the rendering and the block's writes unchanged.
+#: its work, by up to about 5 % of a loaded server's requests/s (``benchmarks/server_ab.py --audit``
+#: measures the audit log's cost against another checkout).
 DRAIN_EVERY_S = 0.05
 
 
