@@ -17,7 +17,7 @@ def free_port() -> int:
 
 class ServeProcess:
     """Writes ``config`` (host and port filled in) to ``workdir``, starts the server with ``args``, and
-    returns once it answers /health."""
+    returns once it answers /health; :meth:`stop` stops it and removes that file."""
 
     def __init__(self, config: dict, workdir: Path, *args: str) -> None:
         import httpx
@@ -25,7 +25,7 @@ class ServeProcess:
 
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        path = workdir / f"bench-{self.port}.yaml"
+        self.config_path = path = workdir / f"bench-{self.port}.yaml"
         path.write_text(yaml.safe_dump({**config, "host": "127.0.0.1", "port": self.port}))
         exe = Path(sys.executable).parent / "deltaport"
         self.proc = subprocess.Popen(
@@ -52,6 +52,7 @@ class ServeProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+        self.config_path.unlink(missing_ok=True)
 
 
 def children(pid: int) -> list[int]:

@@ -293,9 +293,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     table = _table(work, args.files)
 
-    with tempfile.TemporaryDirectory() as cfg_dir:
-        share = {"name": "b", "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}]}]}
-        server = ServeProcess({"version": 1, "shares": [share]}, Path(cfg_dir))
+    share = {"name": "b", "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}]}]}
+    server = ServeProcess({"version": 1, "shares": [share]}, work)  # its config stays until it stops
     ok = False
     try:
         path = "/delta-sharing/shares/b/schemas/d/tables/t"
