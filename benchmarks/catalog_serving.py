@@ -1,32 +1,35 @@
 """Serving from a big catalog database versus from a YAML config: /version and /metadata requests/s.
 
     python benchmarks/catalog_serving.py [--shares 1000] [--recipients 10000] [--seconds 10]
-                                         [--rounds 2] [--connections 16] [--workdir .bench] [--rebuild]
+                                         [--rounds 4] [--connections 16] [--workdir .bench] [--rebuild]
 
-(a) ``deltaport serve`` on a SQLite catalog of ``--shares`` shares (share i holds 1 + i mod 10
-    tables, shared as ``s.t0`` … ``s.t9``; they point at ten corpus tables) and ``--recipients``
-    recipients, each with an activated token and 1-3 grants, plus the measured recipient; built
-    once through ``deltaport.catalog.store.CatalogDB`` (on tmpfs, then copied into ``--workdir``
-    and reused; each run serves a fresh copy of it, where the measured recipient's token is rotated
-    to a new one).
-(b) ``deltaport serve`` on a YAML config sharing the same table to one recipient; with
-    ``--yaml-audit`` it writes an audit event per request to an ``auditLog`` file, as the catalog
-    server does to its database (like for like).
+Three ``deltaport serve`` processes, as the CLI starts them (one uvicorn worker, the default keying
+worker), on 127.0.0.1:
 
-Both are their own processes on 127.0.0.1 as the CLI starts them (one uvicorn worker, the default
-keying worker), running side by side and pinned to CPU 0 when the machine has two or more; the load
-is ``wrk -t1 -c16`` pinned to CPU 1 (without wrk, a Python client measures, and says so). The
-same recipient request, with its bearer token, goes to both: GET .../tables/t0/version and
-.../metadata of basic_partitioned, the snapshot warmed first. Servers take turns per route and
-round, the order swapped every round. Every answer must be a 200: wrk's non-2xx count must be 0.
+- ``catalog``: a SQLite catalog of ``--shares`` shares (share i holds 1 + i mod 10 tables, shared as
+  ``s.t0`` … ``s.t9``; they point at ten corpus tables) and ``--recipients`` recipients, each with
+  an activated token and 1-3 grants, plus the measured recipient; built once through
+  ``deltaport.catalog.store.CatalogDB`` (on tmpfs, then copied into ``--workdir`` and reused; each
+  run serves a fresh copy of it, where the measured recipient's token is rotated to a new one).
+  Like every catalog server, it writes an audit event per request into its database.
+- ``yaml``: a YAML config sharing the same table to one recipient, writing an audit event per
+  request to its ``auditLog`` file: the catalog server's like, but for where the catalog lives.
+- ``yaml-bare``: the same YAML config without an audit log.
 
-Printed: requests/s of each server per round, their means and the ratio catalog/YAML (target:
-the catalog within 10 % of YAML, ratio >= 0.90); the least CPU time the server process (all its
-threads) spent per request in a round, the steadier figure on a machine other work shares; how
-long the catalog takes to load, in this process (the read, the server's registry built from it, a
-reload as after a change, the whole app made from the catalog config against one made from the
-YAML config) and each server's start to /health as a process; each server's RSS after the load
-(and its peak, VmHWM), the keying worker's shown apart.
+All three are loaded at the same moment, pinned to CPU 0 (with their keying workers) when the
+machine has two or more, so that a change in the machine's speed falls on all alike; the load is
+one ``wrk -t1 -c16`` per server, pinned to CPU 1. The same recipient request, with its bearer
+token, goes to each: GET .../tables/t0/version and .../metadata of basic_partitioned, the snapshot
+warmed first. Every answer must be a 200: wrk's non-2xx count must be 0.
+
+Printed: requests/s of each server per round; the catalog's mean against ``yaml``'s (target: the
+catalog within 10 % of the YAML server, ratio >= 0.90) and against ``yaml-bare``'s (the catalog and
+its audit log together, no target), with the ratio of each round; the least CPU time each server
+process (all its threads) spent per request in a round, the steadier figure on a machine other
+work shares; how long the catalog takes to load, in this process (the read, the server's registry
+built from it, a reload as after a change, the whole app made from the catalog config against one
+made from the YAML config) and each server's start to /health as a process; each server's RSS
+after the load (and its peak, VmHWM), the keying worker's shown apart.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ MEASURED_SHARE = "share0009"  # one of the shares of ten tables
 TABLE_PATH = "/delta-sharing/shares/{share}/schemas/s/tables/t0"
 ROUTES = ("version", "metadata")
 TARGET = 0.90
+BARE = "yaml-bare"  # the YAML server without an audit log
 
 
 # --- the catalog --------------------------------------------------------------------------------
@@ -204,8 +208,8 @@ def _pinned(cpu: int) -> list[str]:
 
 
 class Load:
-    """wrk (or a Python client) against one URL, the bearer token in a Lua script only this user
-    can read (never on a command line)."""
+    """wrk against URLs, the bearer token in a Lua script only this user can read (never on a
+    command line)."""
 
     def __init__(self, bearer: str, workdir: Path, connections: int) -> None:
         self.bearer = bearer
@@ -218,7 +222,7 @@ class Load:
         """Requests per second and requests answered of each URL, all loaded at the same time by
         one wrk each (all on the load's CPU)."""
         if not shutil.which("wrk"):
-            raise SystemExit("--together needs wrk")
+            raise SystemExit("wrk is needed: apt-get install wrk")
         procs = [
             subprocess.Popen(
                 [*_pinned(1), "wrk", "-t1", f"-c{self.connections}", f"-d{seconds}s", "-s", str(self.script), url],
@@ -228,20 +232,6 @@ class Load:
             for url in urls
         ]
         return [_wrk_figures(url, proc.communicate()[0]) for url, proc in zip(urls, procs)]
-
-    def rate(self, url: str, seconds: int) -> tuple[float, int, str]:
-        """Requests per second, requests answered, and how the load was made."""
-        if shutil.which("wrk"):
-            command = [*_pinned(1), "wrk", "-t1", f"-c{self.connections}", f"-d{seconds}s", "-s", str(self.script), url]
-            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-            return (*_wrk_figures(url, out), f"wrk -t1 -c{self.connections}")
-        n, started = 0, time.perf_counter()
-        with httpx.Client(headers={"Authorization": f"Bearer {self.bearer}"}) as client:
-            while time.perf_counter() - started < seconds:
-                if client.get(url).status_code != 200:
-                    raise SystemExit(f"not a 200 from {url}")
-                n += 1
-        return n / (time.perf_counter() - started), n, "python client, one connection (wrk not installed)"
 
 
 def _wrk_figures(url: str, out: str) -> tuple[float, int]:
@@ -291,7 +281,7 @@ def _note(rates: dict, cpus: dict, kind: str, route: str, round_: int, rate: flo
     rates[(kind, route)].append(rate)
     cpus[(kind, route)].append(cpu_us)
     print(
-        f"  round {round_ + 1} {route:9s} {kind:8s} {rate:9,.0f} req/s {cpu_us:6.1f} us server CPU/request", flush=True
+        f"  round {round_ + 1} {route:9s} {kind:9s} {rate:9,.0f} req/s {cpu_us:6.1f} us server CPU/request", flush=True
     )
 
 
@@ -309,21 +299,10 @@ def main() -> None:
     ap.add_argument("--shares", type=int, default=1000)
     ap.add_argument("--recipients", type=int, default=10_000)
     ap.add_argument("--seconds", type=int, default=10, help="per measurement")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--workdir", default=str(HERE.parent / ".bench"))
     ap.add_argument("--rebuild", action="store_true", help="build the catalog again even when it is there")
-    ap.add_argument(
-        "--yaml-audit",
-        action="store_true",
-        help="give the YAML server an auditLog file, so that both servers write an audit event per request",
-    )
-    ap.add_argument(
-        "--together",
-        action="store_true",
-        help="load both servers at the same time (sharing CPU 0) instead of in turns: steadier on a machine "
-        "whose speed drifts from one turn to the next",
-    )
     args = ap.parse_args()
     if args.shares < 10:
         ap.error("--shares must be at least 10 (the measured share is the tenth)")
@@ -340,49 +319,24 @@ def main() -> None:
         catalog = run / "catalog.db"
         shutil.copyfile(cached, catalog)
         bearer = measured_token(catalog)
-        (run / "catalog").mkdir()
-        (run / "yaml").mkdir()
-        catalog_path = TABLE_PATH.format(share=MEASURED_SHARE)
-        yaml_path = TABLE_PATH.format(share="yamlshare")
-        yaml_config = {
-            "version": 1,
-            "shares": [
-                {
-                    "name": "yamlshare",
-                    "schemas": [{"name": "s", "tables": [{"name": "t0", "location": str(TABLES / CORPUS[0])}]}],
-                }
-            ],
-            "recipients": [{"name": "measured", "tokens": [f"sha256:{_digest(bearer)}"], "shares": ["yamlshare"]}],
-        }
-        if args.yaml_audit:  # like for like: the catalog server audits every request into its database
-            yaml_config["auditLog"] = str(run / "yaml" / "audit.jsonl")
-        loading = load_times(catalog, yaml_config)
+        configs = {"catalog": {"version": 1, "catalog": str(catalog)}}
+        configs["yaml"] = yaml_config(bearer, run / "yaml-audit.jsonl")
+        configs[BARE] = yaml_config(bearer, None)
+        loading = load_times(catalog, configs["yaml"])
         load = Load(bearer, run, args.connections)
         servers: dict[str, tuple[ServeProcess, str]] = {}
         ups: dict[str, float] = {}
         try:
-            server, ups["catalog"] = start(
-                {"version": 1, "catalog": str(catalog)}, run / "catalog", bearer, catalog_path
-            )
-            servers["catalog"] = (server, catalog_path)
-            server, ups["yaml"] = start(yaml_config, run / "yaml", bearer, yaml_path)
-            servers["yaml"] = (server, yaml_path)
+            for kind, config in configs.items():
+                (run / kind).mkdir()
+                path = TABLE_PATH.format(share=MEASURED_SHARE if kind == "catalog" else "yamlshare")
+                server, ups[kind] = start(config, run / kind, bearer, path)
+                servers[kind] = (server, path)
             rates: dict[tuple[str, str], list[float]] = {(k, r): [] for k in servers for r in ROUTES}
             cpus: dict[tuple[str, str], list[float]] = {(k, r): [] for k in servers for r in ROUTES}
-            how = ""
             for round_ in range(args.rounds):
-                order = ("catalog", "yaml") if round_ % 2 == 0 else ("yaml", "catalog")
                 for route in ROUTES:
-                    if args.together:
-                        how = f"wrk -t1 -c{args.connections} per server, both servers loaded at once"
-                        _together(servers, route, args.seconds, load, rates, cpus, round_)
-                        continue
-                    for kind in order:
-                        server, path = servers[kind]
-                        used = cpu_seconds(server.proc.pid)
-                        rate, count, how = load.rate(f"{server.base}{path}/{route}", args.seconds)
-                        cpu_us = (cpu_seconds(server.proc.pid) - used) / count * 1e6
-                        _note(rates, cpus, kind, route, round_, rate, cpu_us)
+                    _together(servers, route, args.seconds, load, rates, cpus, round_)
             memories = {kind: memory(server) for kind, (server, _) in servers.items()}
         finally:
             for server, _ in servers.values():
@@ -390,38 +344,65 @@ def main() -> None:
 
     print(
         f"\ncatalog: {loading['shares']:,} shares, {loading['tables']:,} shared tables, "
-        f"{loading['recipients']:,} recipients with a token "
-        f"(SQLite); YAML: 1 share, 1 table, 1 recipient{', auditLog file' if args.yaml_audit else ''}. "
-        f"Load: {how}, {args.seconds} s each, {args.rounds} rounds"
-        + ("" if args.together else ", servers taking turns")
+        f"{loading['recipients']:,} recipients with a token (SQLite), auditing into its database; "
+        f"yaml: 1 share, 1 table, 1 recipient, auditing into its auditLog file; {BARE}: the same, no audit log. "
+        f"Load: wrk -t1 -c{args.connections} per server, all servers loaded at once, {args.seconds} s each, "
+        f"{args.rounds} rounds"
     )
-    print(
-        f"{'route':10s} {'catalog req/s':>14s} {'YAML req/s':>11s} {'catalog/YAML':>13s}  {'target':14s}  "
-        f"{'least server CPU/request: catalog':>34s} {'YAML':>8s} {'ratio':>6s}"
-    )
-    met = True
-    for route in ROUTES:
-        cat, yml = statistics.mean(rates[("catalog", route)]), statistics.mean(rates[("yaml", route)])
-        ratio = cat / yml
-        met &= ratio >= TARGET
-        cat_cpu, yml_cpu = min(cpus[("catalog", route)]), min(cpus[("yaml", route)])
-        print(
-            f"/{route:9s} {cat:14,.0f} {yml:11,.0f} {ratio:13.3f}  "
-            f"{f'>= {TARGET:.2f} ' + ('MET' if ratio >= TARGET else 'MISSED'):14s}  "
-            f"{cat_cpu:31.1f} us {yml_cpu:5.1f} us {cat_cpu / yml_cpu:6.2f}"
-        )
-        each = " / ".join(f"{c:,.0f} vs {y:,.0f}" for c, y in zip(rates[("catalog", route)], rates[("yaml", route)]))
-        print(f"{'':10s} per round, catalog vs YAML req/s: {each}")
+    met = _compare(rates, cpus, "yaml", f"like for like, both auditing every request; target: >= {TARGET:.2f}")
+    _compare(rates, cpus, BARE, "the catalog and its audit log together; no target", target=False)
     ms = {key: value * 1000 for key, value in loading.items()}
     print(
-        f"catalog load, in-process: read {ms['read']:.0f} ms + registry {ms['registry']:.0f} ms; a reload (as "
+        f"\ncatalog load, in-process: read {ms['read']:.0f} ms + registry {ms['registry']:.0f} ms; a reload (as "
         f"after a change) {ms['reload']:.0f} ms; the server's app from the catalog config {ms['app']:.0f} ms "
         f"vs from the YAML config {ms['yaml_app']:.0f} ms"
     )
-    print(f"process start to /health: catalog {ups['catalog']:.2f} s, YAML {ups['yaml']:.2f} s")
+    print("process start to /health: " + ", ".join(f"{kind} {up:.2f} s" for kind, up in ups.items()))
     for kind, text in memories.items():
-        print(f"{kind:8s} server after the load: {text}")
-    print(f"overall: {'MET' if met else 'MISSED'} (catalog within {1 - TARGET:.0%} of YAML on every route)")
+        print(f"{kind:9s} server after the load: {text}")
+    print(f"overall: {'MET' if met else 'MISSED'} (catalog within {1 - TARGET:.0%} of yaml on every route)")
+
+
+def yaml_config(bearer: str, audit_log: Path | None) -> dict:
+    """The YAML server's config: the measured table shared to the measured recipient, writing an
+    audit event per request to ``audit_log`` (None: no audit log)."""
+    config: dict = {
+        "version": 1,
+        "shares": [
+            {
+                "name": "yamlshare",
+                "schemas": [{"name": "s", "tables": [{"name": "t0", "location": str(TABLES / CORPUS[0])}]}],
+            }
+        ],
+        "recipients": [{"name": "measured", "tokens": [f"sha256:{_digest(bearer)}"], "shares": ["yamlshare"]}],
+    }
+    if audit_log is not None:
+        config["auditLog"] = str(audit_log)
+    return config
+
+
+def _compare(rates: dict, cpus: dict, other: str, what: str, *, target: bool = True) -> bool:
+    """The catalog server's figures against ``other``'s, printed (with ``target``, whether each
+    route met it); whether the catalog met the target on every route."""
+    print(f"\ncatalog vs {other} ({what})")
+    print(
+        f"{'route':10s} {'catalog req/s':>14s} {other + ' req/s':>15s} {'ratio':>6s}  {'':7s}  "
+        f"{'least server CPU/request: catalog':>34s} {other:>9s} {'ratio':>6s}"
+    )
+    met = True
+    for route in ROUTES:
+        cat, oth = statistics.mean(rates[("catalog", route)]), statistics.mean(rates[(other, route)])
+        ratio = cat / oth
+        met &= ratio >= TARGET
+        cat_cpu, oth_cpu = min(cpus[("catalog", route)]), min(cpus[(other, route)])
+        verdict = ("MET" if ratio >= TARGET else "MISSED") if target else ""
+        print(
+            f"/{route:9s} {cat:14,.0f} {oth:15,.0f} {ratio:6.3f}  {verdict:7s}  "
+            f"{cat_cpu:31.1f} us {oth_cpu:6.1f} us {cat_cpu / oth_cpu:6.2f}"
+        )
+        rounds = zip(rates[("catalog", route)], rates[(other, route)])
+        print(f"{'':10s} per round: " + " / ".join(f"{c / o:.3f}" for c, o in rounds))
+    return met
 
 
 def _digest(token: str) -> str:
