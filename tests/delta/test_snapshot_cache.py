@@ -93,10 +93,11 @@ def test_refresh_lists_only_new_log_files(tmp_path):
     table.store.list_dir = lambda d, start_after=None: seen.append(start_after) or real(d, start_after)
     _commit(tmp_path, 1, _add("f1"))
     assert table.snapshot().num_files == 2
-    assert seen == ["00000000000000000000.~"]  # one listing, of what came after version 0
+    # one listing, from the newest known version on (to see that it is still there, unchanged)
+    assert seen == ["00000000000000000000"]
     seen.clear()
     assert table.snapshot().num_files == 2
-    assert seen == ["00000000000000000001.~"]
+    assert seen == ["00000000000000000001"]
 
 
 def test_unchanged_table_returns_the_cached_snapshot(tmp_path):
@@ -228,3 +229,78 @@ def test_stats_parsed_by_a_scan_count_in_the_bound_and_go_with_their_snapshot(tm
     gc.collect()
     assert evicted() is None, "an evicted snapshot is still held (by its parsed stats?)"
     assert len(cache) == 2
+
+
+# --- a log that changed under the cache -------------------------------------------------------
+
+
+def _two_commits(path: Path, table_id: str = "t1", files: tuple[str, ...] = ("a.parquet", "b.parquet")) -> None:
+    metadata = {"metaData": {**METADATA["metaData"], "id": table_id}}
+    _commit(path, 0, PROTOCOL, metadata, _add(files[0]))
+    _commit(path, 1, _add(files[1]))
+
+
+def test_a_deleted_table_is_not_served_from_the_cache(tmp_path, caplog):
+    import shutil
+
+    from deltaport.errors import NotADeltaTable
+
+    _two_commits(tmp_path / "t")
+    table = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache())
+    assert len(_paths(table.snapshot())) == 2
+    shutil.rmtree(tmp_path / "t")
+    with caplog.at_level("WARNING", logger="deltaport.delta"), pytest.raises(NotADeltaTable):
+        table.latest_version()
+    with pytest.raises(NotADeltaTable):
+        table.snapshot()
+    assert len(table.cache) == 0
+    assert [r.getMessage() for r in caplog.records].count(
+        f"table {table.uri}: its commit 1 is gone or was rewritten; its cached state is dropped and it is read "
+        "again from storage"
+    ) == 1, "logged once"
+
+
+def test_a_log_that_went_backwards_is_read_again(tmp_path):
+    _two_commits(tmp_path / "t")
+    table = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache())
+    assert table.latest_version() == 1 and len(_paths(table.snapshot())) == 2
+    (tmp_path / "t" / "_delta_log" / f"{1:020d}.json").unlink()  # rewritten from version 0
+    assert table.latest_version() == 0
+    assert _paths(table.snapshot()) == [("a.parquet", None)]
+
+
+def test_another_table_copied_into_the_folder_is_served_as_itself(tmp_path):
+    import shutil
+
+    _two_commits(tmp_path / "t", table_id="old", files=("old-a.parquet", "old-b.parquet"))
+    table = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache())
+    assert table.snapshot().metadata.id == "old"
+    new = tmp_path / "new"
+    _two_commits(new, table_id="new-table", files=("new-aa.parquet", "new-bb.parquet"))
+    _commit(new, 2, _add("new-cc.parquet"))
+    shutil.rmtree(tmp_path / "t")
+    shutil.copytree(new, tmp_path / "t")
+    snap = table.snapshot()
+    assert snap.version == 2 and snap.metadata.id == "new-table"
+    assert [p for p, _ in _paths(snap)] == ["new-aa.parquet", "new-bb.parquet", "new-cc.parquet"]
+    assert table.snapshot(0).metadata.id == "new-table"  # older versions are the new table's too
+
+
+def test_a_new_table_id_in_later_commits_drops_the_cached_base(tmp_path):
+    _two_commits(tmp_path / "t", table_id="old")
+    table = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache())
+    assert table.snapshot().metadata.id == "old"
+    _commit(tmp_path / "t", 2, PROTOCOL, {"metaData": {**METADATA["metaData"], "id": "other"}}, _add("c.parquet"))
+    snap = table.snapshot()
+    assert snap.metadata.id == "other"
+    assert table.cache.get(table.uri, 1) is None, "the old table's snapshots are dropped"
+
+
+def test_an_unchanged_log_keeps_its_cached_snapshots(tmp_path):
+    _two_commits(tmp_path / "t")
+    table = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache())
+    first = table.snapshot()
+    _commit(tmp_path / "t", 2, _add("c.parquet"))
+    assert table.latest_version() == 2
+    assert table.cache.get(table.uri, 1) is first
+    assert table.snapshot(1) is first

@@ -40,10 +40,19 @@ class LogListing:
         return min(candidates) if candidates else None
 
 
-def list_log(store: ObjectStore, *, start_after_version: int | None = None, table: str | None = None) -> LogListing:
-    """List ``_delta_log`` (optionally only versions after one) and group complete checkpoints."""
-    # every file name of version V starts with "<V:020d>." and sorts before "<V:020d>.~"
-    start_after = f"{start_after_version:020d}.~" if start_after_version is not None else None
+def list_log(
+    store: ObjectStore,
+    *,
+    start_after_version: int | None = None,
+    from_version: int | None = None,
+    table: str | None = None,
+) -> LogListing:
+    """List ``_delta_log`` (optionally only versions after one, or from one on) and group complete
+    checkpoints."""
+    # every file name of version V starts with "<V:020d>.": after "<V:020d>" and before "<V:020d>.~"
+    first, start_after = from_version, f"{from_version:020d}" if from_version is not None else None
+    if start_after_version is not None:
+        first, start_after = start_after_version + 1, f"{start_after_version:020d}.~"
     infos = store.list_dir(LOG_DIR, start_after=start_after)
     listing = LogListing()
     multipart: dict[tuple[int, int], dict[int, LogFile]] = {}
@@ -51,7 +60,7 @@ def list_log(store: ObjectStore, *, start_after_version: int | None = None, tabl
         lf = parse_log_file(info)
         if lf is None:
             continue
-        if start_after_version is not None and lf.version <= start_after_version:
+        if first is not None and lf.version < first:
             continue
         if lf.kind is LogFileKind.COMMIT:
             if info.size == 0:

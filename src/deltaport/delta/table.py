@@ -8,6 +8,7 @@ commits on top of the cached live files.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -35,6 +36,8 @@ from deltaport.errors import (
 )
 from deltaport.storage import store_for
 from deltaport.storage.base import ObjectStore
+
+log = logging.getLogger("deltaport.delta")
 
 _default_cache: SnapshotCache | None = None
 _default_cache_lock = threading.Lock()
@@ -104,18 +107,13 @@ class DeltaTable:
         after the newest known version. ``covering=0`` (or any version before where the listing
         started) lists the whole log: time travel, history and change ranges need it."""
         with self._turn():
+            if self._listing is not None and self._listing.latest_commit is not None:
+                self._list_newer(self._listing)
             if self._listing is None or self._listing.latest_commit is None:
                 whole = covering == 0  # the hint would only be read to be listed past
                 self._listing = (
                     list_log(self.store, table=self.uri) if whole else list_log_from_hint(self.store, table=self.uri)
                 )
-            else:
-                newer = list_log(self.store, start_after_version=self._listing.latest_commit, table=self.uri)
-                self._listing.commits.update(newer.commits)
-                for v, sets in newer.checkpoints.items():
-                    self._listing.checkpoints.setdefault(v, []).extend(sets)
-                self._listing.compacted.extend(newer.compacted)
-                self._listing.crcs.update(newer.crcs)
             if covering is not None and covering < self._listing.listed_from:
                 self._listing = list_log(self.store, table=self.uri)
             if self._listing.latest_commit is None and not self._listing.checkpoints:
@@ -123,6 +121,34 @@ class DeltaTable:
                     "not a Delta table: no _delta_log directory, or it holds no commit files", table=self.uri
                 )
             return self._listing
+
+    def _list_newer(self, listing: LogListing) -> None:
+        """Add what was written after ``listing``'s newest commit, listed from that commit on: the
+        same listing tells whether the log is still the one cached. When that commit is gone or is
+        another file now (the table was deleted, rewritten from an older version, or replaced by
+        another table in the same place), everything known of the log is dropped (see ``forget``)."""
+        known = listing.commits[max(listing.commits)]
+        newer = list_log(self.store, from_version=known.version, table=self.uri)
+        seen = newer.commits.pop(known.version, None)
+        if seen is None or (seen.info.size, seen.info.mtime_ms) != (known.info.size, known.info.mtime_ms):
+            self.forget(f"its commit {known.version} is gone or was rewritten")
+            return
+        listing.commits.update(newer.commits)
+        for v, sets in newer.checkpoints.items():
+            have = {tuple(lf.path for lf in s) for s in listing.checkpoints.get(v, [])}
+            listing.checkpoints.setdefault(v, []).extend(s for s in sets if tuple(lf.path for lf in s) not in have)
+        paths = {lf.path for lf in listing.compacted}
+        listing.compacted.extend(lf for lf in newer.compacted if lf.path not in paths)
+        listing.crcs.update(newer.crcs)
+
+    def forget(self, why: str) -> None:
+        """Drop the listing, the configs, the commit timestamps and the cached snapshots of this table:
+        its log changed in a way no writer of the same table changes it. Logged once per change."""
+        log.warning("table %s: %s; its cached state is dropped and it is read again from storage", self.uri, why)
+        self._listing = None
+        self._configs.clear()
+        self._ict.clear()
+        self.cache.invalidate(self.uri)
 
     def latest_version(self) -> int:
         listing = self.refresh_listing()
@@ -213,12 +239,16 @@ class DeltaTable:
             return snap
 
     def _apply_commits(self, base: Snapshot, commits: list[LogFile]) -> Snapshot | None:
-        """``base`` brought forward by ``commits``; None when partitioning changed (full load)."""
+        """``base`` brought forward by ``commits``; None when partitioning or the table's id changed
+        (a full load, which for a new id is another table's: nothing cached is kept)."""
         datas = {lf.version: self._read_commit(lf) for lf in commits}
         protocol, metadata = base.protocol, base.metadata
         for lf in commits:
             p, m = peek_protocol_metadata(datas[lf.version], where=lf.path, table=self.uri)
             protocol, metadata = p or protocol, m or metadata
+        if metadata is not None and base.metadata is not None and metadata.id != base.metadata.id:
+            self.forget(f"its table id changed from {base.metadata.id} to {metadata.id} at commit {lf.version}")
+            return None
         config = TableConfig.build(protocol, metadata, table=self.uri)
         self._configs[commits[-1].version] = config
         pv = config.physical_partition_columns
