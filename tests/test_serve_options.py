@@ -137,3 +137,80 @@ def test_a_negative_number_of_keying_processes_is_refused(tmp_path):
         timeout=60,
     )
     assert out.returncode == 2 and "--keying-processes" in out.stderr
+
+
+def test_a_port_in_use_is_named_in_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = _config(
+            tmp_path, host="127.0.0.1", port=port, recipients=[{"name": "a", "tokens": ["t"], "shares": ["s"]}]
+        )
+        out = subprocess.run([DELTAPORT, "serve", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: port {port} on 127.0.0.1 is already in use: stop what listens there, or set --port "
+        "(or 'port' in the config)"
+    )
+    assert "Errno" not in out.stderr
+
+
+def test_an_open_server_is_refused_on_an_address_others_reach(tmp_path):
+    path = _config(tmp_path, host="0.0.0.0", port=1)
+    out = subprocess.run([DELTAPORT, "serve", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the config has no recipients and no authorization")
+    assert "add 'recipients'" in last and "--allow-anonymous" in last
+
+
+def test_an_open_server_on_loopback_or_allowed_says_so_at_start(tmp_path):
+    from servers import free_port
+
+    port = free_port()
+    path = _config(tmp_path, host="0.0.0.0", port=port)
+    proc = subprocess.Popen(
+        [DELTAPORT, "serve", "--config", str(path), "--allow-anonymous", "--host", "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 30
+        while not _listening(port):
+            assert proc.poll() is None and time.time() < deadline, "the server did not come up"
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=15)
+    assert out.count("every share is served to anyone, without a token") == 1
+    assert "add 'recipients'" in out
+
+
+def test_a_server_with_recipients_gives_no_open_warning(tmp_path):
+    from servers import free_port
+
+    port = free_port()
+    path = _config(tmp_path, host="127.0.0.1", port=port, recipients=[{"name": "a", "tokens": ["t"], "shares": ["s"]}])
+    proc = subprocess.Popen(
+        [DELTAPORT, "serve", "--config", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.time() + 30
+        while not _listening(port):
+            assert proc.poll() is None and time.time() < deadline, "the server did not come up"
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=15)
+    assert "served to anyone" not in out
+
+
+def test_version_option_prints_the_installed_version():
+    from importlib.metadata import version
+
+    out = subprocess.run([DELTAPORT, "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"deltaport {version('deltaport')}"

@@ -23,8 +23,20 @@ app = typer.Typer(
 app.add_typer(admin_app, name="admin")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"deltaport {version('deltaport')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _group() -> None:
+def _group(
+    _version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print deltaport's version and exit."
+    ),
+) -> None:
     """Delta Sharing, whole: inspect Delta tables, serve shares, read them back."""
 
 
@@ -112,6 +124,12 @@ def serve(
     ),
     host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default: the config's host)."),
     port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (default: the config's port)."),
+    allow_anonymous: bool = typer.Option(
+        False,
+        "--allow-anonymous",
+        help="Serve a config without recipients or authorization (every share to anyone, no token) on an "
+        "address other than loopback; without this flag such a server listens only on loopback.",
+    ),
     keying_processes: Optional[int] = typer.Option(
         None,
         "--keying-processes",
@@ -131,12 +149,15 @@ def serve(
         cfg = load_config(config)
     except DeltaportError as exc:
         _fail(exc)
+    host = host or cfg.host
+    _log_to_stderr()
+    _check_open(cfg, host, allow_anonymous)
     use_server_pool()
     if keying_processes is None:
         keying_processes = 1 if (os.cpu_count() or 1) >= 2 else 0
     _run(
         create_app(cfg, keying_processes=keying_processes),
-        host or cfg.host,
+        host,
         port if port is not None else cfg.port,
         cfg,
     )
@@ -343,11 +364,10 @@ def _warm_up() -> None:
 
 
 def _run(application, host: str, port: int, cfg) -> None:
-    import logging
 
     import uvicorn
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    _log_to_stderr()
     ssl: dict[str, Any] = {}
     if cfg.ssl is not None and cfg.ssl.self_signed:
         import tempfile
@@ -373,20 +393,75 @@ def _run(application, host: str, port: int, cfg) -> None:
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
     # proxy_headers off: X-Forwarded-For is trusted only from the configured proxies (server/access.py)
     settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl}
-    if admin_app is None:
-        uvicorn.run(application, host=host, port=port, **settings)
-        return
+    listeners = [(application, _listen(host, port, "--port (or 'port' in the config)"))]
+    if admin_app is not None:
+        admin_host = cfg.admin_host or "127.0.0.1"
+        listeners.append((admin_app, _listen(admin_host, cfg.admin_port, "'adminPort' in the config")))
     import asyncio
 
-    servers = [
-        uvicorn.Server(uvicorn.Config(application, host=host, port=port, **settings)),
-        uvicorn.Server(uvicorn.Config(admin_app, host=cfg.admin_host or "127.0.0.1", port=cfg.admin_port, **settings)),
-    ]
+    async def serve_all() -> None:
+        await asyncio.gather(
+            *(
+                uvicorn.Server(uvicorn.Config(app_, host=sock_host, port=sock_port, **settings)).serve(sockets=[sock])
+                for app_, sock in listeners
+                for sock_host, sock_port in [sock.getsockname()[:2]]
+            )
+        )
 
-    async def both() -> None:
-        await asyncio.gather(*(server.serve() for server in servers))
+    asyncio.run(serve_all())
 
-    asyncio.run(both())
+
+def _log_to_stderr() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+def _listen(host: str, port: int, setting: str):
+    """A socket bound to ``host``:``port``, or a one-line error naming ``setting`` (a port in use, an
+    address this machine does not have)."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            _fail(ValueError(f"port {port} on {host} is already in use: stop what listens there, or set {setting}"))
+        _fail(ValueError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): set {setting} or --host"))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _check_open(cfg, host: str, allow_anonymous: bool) -> None:
+    """A server with neither ``authorization`` nor recipients serves every share to anyone: refused on
+    an address other machines reach unless ``--allow-anonymous`` says it is meant; warned of always."""
+    import ipaddress
+    import logging
+
+    if cfg.auth_enabled:
+        return
+    fix = "add 'recipients' (each with its tokens and shares) or 'authorization: {bearerToken: ...}' to the config"
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_anonymous:
+        _fail(
+            ValueError(
+                f"the config has no recipients and no authorization, so every share would be served to anyone "
+                f"who reaches {host}: {fix}, or pass --allow-anonymous if that is meant"
+            )
+        )
+    logging.getLogger("deltaport.server").warning(
+        "the config has no recipients and no authorization: every share is served to anyone, without a token; "
+        "to require tokens, %s",
+        fix,
+    )
 
 
 def _say_catalog(cfg, shares: int, admin_url: str) -> None:
