@@ -77,6 +77,28 @@ def test_an_edit_is_served_without_a_restart(served):
     assert _eventually(lambda: _shares(server.url, ALICE) == 401)
 
 
+def test_a_reload_says_what_it_changed_and_what_waits_for_a_restart(served, caplog):
+    server, path = served
+    caplog.set_level(logging.INFO, logger="deltaport.server")
+    _write(path, _config("s1", "s2", recipients={"alice": ["s2"], "bob": ["s1"]}, adminTokens=[ADMIN], port=9))
+
+    def said(text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+    assert _eventually(lambda: said("now serving"))
+    assert said("now serving") == [
+        "now serving: shares +1 (s2); tables +1 (s2.d.t); recipients +1 (bob); grants +2 (alice→s2, bob→s1); "
+        "grants -1 (alice→s1)"
+    ]
+    assert said("restarts") == [f"config file {path}: port take effect when the server restarts"]
+    for record in caplog.records:
+        assert ALICE not in record.getMessage() and BOB not in record.getMessage()
+    caplog.clear()
+    path.write_text(path.read_text() + "\n# a comment changes no share\n")
+    time.sleep(0.5)
+    assert said("now serving") == []
+
+
 def test_a_broken_edit_keeps_the_last_good_catalog(served, caplog):
     server, path = served
     caplog.set_level(logging.ERROR, logger="deltaport.server")

@@ -399,12 +399,9 @@ def _serve_config_file(
 
     def apply(loaded: LoadedConfig) -> None:
         new = loaded.config
-        if restart_needed(started, new):
-            log.warning(
-                "config file %s: settings other than shares, recipients and authorization take effect "
-                "when the server restarts",
-                path,
-            )
+        waiting = restart_needed(started, new)
+        if waiting:
+            log.warning("config file %s: %s take effect when the server restarts", path, ", ".join(waiting))
         service.serve_catalog(new.shares, new.recipients, bearer_token_hash=new.bearer_token_hash)
         if view is not None:
             view.refresh(new)

@@ -58,10 +58,23 @@ class ConfigFileSource:
         return LoadedConfig(load_config(self.path), revision)
 
 
-def restart_needed(old: ServerConfig, new: ServerConfig) -> bool:
-    """Whether ``new`` differs from ``old`` in a setting that takes effect only on restart."""
-    kept = {name: getattr(old, name) for name in RELOADED}
-    return dataclasses.replace(new, **kept) != old
+#: Config keys whose field names do not spell them (the rest are the fields' names in camelCase).
+_KEY_OF = {"catalog_url": "catalog", "admin_token_hashes": "adminTokens", "audit_log": "auditLog"}
+
+
+def restart_needed(old: ServerConfig, new: ServerConfig) -> list[str]:
+    """The config keys in which ``new`` differs from ``old`` that take effect only on restart."""
+    changed = [
+        f.name
+        for f in dataclasses.fields(old)
+        if f.name not in RELOADED and getattr(old, f.name) != getattr(new, f.name)
+    ]
+    return [_KEY_OF.get(name) or _camel(name) for name in changed]
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
 
 
 class _Swappable:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,11 +33,14 @@ from deltaport.server.config import RecipientConfig, SchemaConfig, ServerConfig,
 from deltaport.server.file_keys import KeyingPool
 from deltaport.server.freshness import LatestState
 from deltaport.server.registry import Principal, Registry, SharedTable, StoreOpener
+from deltaport.server.reload_summary import describe_reload
 from deltaport.server.request_info import FilesServed, current_request
 from deltaport.server.slices import Slice
 from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.translate import FileLineMaker, choose_format, header_lines
 from deltaport.storage import store_for
+
+log = logging.getLogger("deltaport.server")
 
 
 @dataclass
@@ -154,6 +158,12 @@ class SharingService:
         the next request on (tables already open stay open, with their caches)."""
         bearer = self.config.bearer_token_hash if isinstance(bearer_token_hash, _Unchanged) else bearer_token_hash
         config = dataclasses.replace(self.config, shares=shares, recipients=recipients, bearer_token_hash=bearer)
+        old = self.config
+        change = describe_reload(
+            (old.shares, old.recipients, old.bearer_token_hash), (shares, recipients, config.bearer_token_hash)
+        )
+        if change is not None:
+            log.info("now serving: %s", change)
         self.registry = Registry(config, self.codec, open_store=self._open_store, previous=self.registry)
         self.config = config
 
