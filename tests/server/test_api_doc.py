@@ -80,3 +80,18 @@ def test_a_server_without_recipients_declares_no_security():
         assert not any("security" in op for ops in doc["paths"].values() for op in ops.values())
     finally:
         server.stop()
+
+
+def test_the_docs_pages_load_every_asset_from_this_server(server):
+    import re
+
+    for page in ("/docs", "/redoc"):
+        html = httpx.get(server.url + page)
+        assert html.status_code == 200 and "text/html" in html.headers["content-type"]
+        refs = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html.text)
+        refs += re.findall(r"""url: ?["']([^"']+)["']""", html.text)
+        assert refs, "the page names its assets"
+        for ref in refs:
+            assert ref.startswith("/"), f"{page} loads {ref} from another host"
+            assert httpx.get(server.url + ref).status_code == 200, ref
+        assert "/openapi.json" in html.text

@@ -44,6 +44,7 @@ from deltaport.server.audit import AuditLog, config_audit_log
 from deltaport.server.catalog_feed import CatalogFeed, describe_delta_table
 from deltaport.server.config import ServerConfig
 from deltaport.server.config_file import ConfigCatalogView, ConfigFileSource, LoadedConfig, restart_needed
+from deltaport.server.docs_pages import add_docs_pages
 from deltaport.server.file_keys import KeyingPool
 from deltaport.server.freshness import LatestState
 from deltaport.server.hot_paths import HotTableCalls
@@ -497,9 +498,12 @@ def _new_app(service: SharingService, keying: KeyingPool, table_calls: ThreadPoo
         title="deltaport",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
         description="A Delta Sharing server: shares, schemas and tables over the Delta Sharing REST "
         "protocol, for many recipients.",
     )
+    add_docs_pages(app)
     app.state.service = service
     app.state.closing = []  # called at shutdown, in order
     app.add_exception_handler(DeltaportError, errors.deltaport_error)  # type: ignore[arg-type]  # typed for Exception

@@ -21,6 +21,7 @@ from deltaport.server.admin.audit_routes import add_audit_routes
 from deltaport.server.admin.catalog_routes import add_catalog_routes
 from deltaport.server.admin.parts import AdminParts
 from deltaport.server.admin.sharing_routes import add_sharing_routes
+from deltaport.server.docs_pages import add_docs_pages
 
 __all__ = ["AdminParts", "add_activation_routes", "admin_router", "create_admin_app"]
 
@@ -41,7 +42,14 @@ def admin_router(parts: AdminParts) -> APIRouter:
 
 def create_admin_app(parts: AdminParts) -> FastAPI:
     """The admin API alone, for a listener of its own (``adminPort``, e.g. on loopback only)."""
-    app = FastAPI(title="deltaport admin", version="0.1.0", description="Unity Catalog's sharing API.")
+    app = FastAPI(
+        title="deltaport admin",
+        version="0.1.0",
+        description="Unity Catalog's sharing API.",
+        docs_url=None,
+        redoc_url=None,
+    )
+    add_docs_pages(app)
     app.add_exception_handler(DeltaportError, errors.deltaport_error)  # type: ignore[arg-type]  # typed for Exception
     app.add_exception_handler(StarletteHTTPException, errors.http_error)  # type: ignore[arg-type]  # typed for Exception
     app.add_exception_handler(RequestValidationError, errors.validation_error)  # type: ignore[arg-type]  # typed for Exception
