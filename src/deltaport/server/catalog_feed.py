@@ -22,7 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.delta.schema import Schema
-from deltaport.errors import DeltaportError, InvalidParameter, StorageUnavailable, public_message
+from deltaport.errors import DeltaportError, InvalidParameter, StorageUnavailable
 from deltaport.server.registry import StoreOpener
 
 log = logging.getLogger("deltaport.server")
@@ -127,5 +127,5 @@ def describe_delta_table(
         raise
     except DeltaportError as exc:
         raise InvalidParameter(
-            f"'{location}' is not a readable Delta table ({public_message(exc)}): give the folder that holds _delta_log"
+            f"'{location}' is not a readable Delta table ({exc.message}): give the folder that holds _delta_log"
         ) from None

@@ -77,7 +77,14 @@ async def deltaport_error(request: Request, exc: DeltaportError) -> Response:
         return _error(request, 500, "INTERNAL_ERROR", "")
     if exc.location or exc.detail:  # an error about a table's storage: the operator needs where and why
         log.warning("%s on %s %s: %s", exc.error_code, request.method, request.url.path, exc.operator_message)
-    return _error(request, status, exc.error_code, public_message(exc))
+    return _error(request, status, exc.error_code, exc.message if _for_admin(request) else public_message(exc))
+
+
+def _for_admin(request: Request) -> bool:
+    """Whether ``request`` is the admin API's, other than the public activation route: the provider's
+    own, whose messages may name the storage locations the provider gave."""
+    path = request.scope.get("root_path", "") + request.scope.get("path", "")
+    return path.startswith(ADMIN_PREFIX) and not path.startswith(ACTIVATION_API)
 
 
 async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
