@@ -186,3 +186,40 @@ def test_every_config_key_is_documented_in_the_readme():
     keys = [k for k in config_module._KEYS["the server config"] if k not in config_module._REFERENCE_ONLY]
     missing = [k for k in keys if f"`{k}`" not in readme and f"{k}:" not in readme]
     assert missing == []
+
+
+def _s3_config(**options) -> dict:
+    table = {"name": "t", "location": "s3://bucket/tables/t", "storageOptions": options}
+    return {"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [table]}]}]}
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        (
+            {"aws_allow_http": True},
+            "storage option 'aws_allow_http' is not an option of s3:// stores: did you mean 'allow_http'?",
+        ),
+        ({"regoin": "eu-west-1"}, "storage option 'regoin' is not an option of s3:// stores: did you mean 'region'?"),
+        ({"account_name": "acct"}, "storage option 'account_name' is not an option of s3:// stores"),
+    ],
+)
+def test_storage_options_a_store_would_refuse_are_refused_at_load(options, needle):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_s3_config(**options))
+    message = caught.value.message
+    assert message.startswith("'storageOptions' (of the server or of table 's.d.t'): ")
+    assert needle in message and "valid options are" in message and "endpoint" in message
+
+
+def test_storage_options_stores_take_load():
+    config = parse_config(_s3_config(allow_http=True, endpoint="http://127.0.0.1:9", region="us-east-1"))
+    assert config.shares[0].schemas[0].tables[0].storage_options["allow_http"] is True
+
+
+def test_a_store_library_panic_is_a_storage_error_not_a_crash():
+    from deltaport.errors import StorageError
+    from deltaport.storage import store_for
+
+    with pytest.raises(StorageError, match="check its storage options"):
+        store_for("s3://bucket/t", {"aws_allow_http": True})

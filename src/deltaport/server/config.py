@@ -28,7 +28,8 @@ from deltaport.catalog.served import (
     SharedTableConfig,
     TokenHash,
 )
-from deltaport.errors import DeltaportError
+from deltaport.errors import DeltaportError, StorageError
+from deltaport.storage import check_storage_options
 
 __all__ = [
     "ConfigError",
@@ -400,6 +401,7 @@ def parse_config(d: Mapping[str, Any] | None, *, base: Path | None = None) -> Se
     for share in shares:
         if share_names.count(share.name.lower()) > 1:
             raise ConfigError(f"share '{share.name}' is defined twice")
+    _check_storage_options(shares, d.get("storageOptions") or {})
     recipients = tuple(_recipient(r) for r in d.get("recipients") or [])
     for recipient in recipients:
         unknown = [name for name in recipient.shares if name not in share_names]
@@ -439,6 +441,18 @@ def parse_config(d: Mapping[str, Any] | None, *, base: Path | None = None) -> Se
         public_url=str(d["publicUrl"]).rstrip("/") if d.get("publicUrl") else None,
         **_service_settings(d, base),
     )
+
+
+def _check_storage_options(shares: tuple[ShareConfig, ...], server_options: Mapping[str, Any]) -> None:
+    """Each object-store table's storage options (the server's, then its own) as its store takes them."""
+    for share in shares:
+        for schema in share.schemas:
+            for table in schema.tables:
+                try:
+                    check_storage_options(table.location, {**server_options, **table.storage_options})
+                except StorageError as exc:
+                    where = f"'storageOptions' (of the server or of table '{share.name}.{schema.name}.{table.name}')"
+                    raise ConfigError(f"{where}: {exc.message}") from None
 
 
 def _service_settings(d: Mapping[str, Any], base: Path | None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from deltaport.errors import StorageError
 from deltaport.storage.base import FileInfo, ObjectStore
 from deltaport.storage.local import LocalStore
 
-__all__ = ["FileInfo", "ObjectStore", "LocalStore", "store_for", "is_local", "local_path_of"]
+__all__ = ["FileInfo", "ObjectStore", "LocalStore", "check_storage_options", "store_for", "is_local", "local_path_of"]
 
 #: URL schemes served by obstore, mapped to their canonical scheme.
 OBJECT_STORE_SCHEMES = {
@@ -66,10 +66,30 @@ def _normalise_object_url(location: str) -> str:
     return location
 
 
+def check_storage_options(location: str, options: Mapping[str, Any]) -> None:
+    """Refuse (StorageError naming the key and the valid ones) storage options that the store for
+    ``location`` would not take, before any request needs it. Local tables take none; without the
+    object-store extra nothing is checked (opening the store says what to install)."""
+    if is_local(location) or not options:
+        return
+    try:
+        from deltaport.storage.object_store import check_options
+    except ImportError:
+        return
+    url, opts = _object_store_args(location, options)
+    check_options(url, opts)
+
+
 def store_for(location: str, options: Mapping[str, Any] | None = None) -> ObjectStore:
     """An ObjectStore rooted at ``location`` (a path or URI)."""
     if is_local(location):
         return LocalStore(local_path_of(location))
+    from deltaport.storage.object_store import ObstoreStore
+
+    return ObstoreStore(*_object_store_args(location, options))
+
+
+def _object_store_args(location: str, options: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
     scheme = urlparse(location).scheme.lower()
     if scheme not in OBJECT_STORE_SCHEMES:
         raise StorageError(
@@ -81,6 +101,4 @@ def store_for(location: str, options: Mapping[str, Any] | None = None) -> Object
     if scheme in ("wasb", "wasbs", "abfss", "abfs") and "@" in urlparse(location).netloc:
         account = urlparse(location).netloc.split("@", 1)[1].split(".", 1)[0]
         opts.setdefault("account_name", account)
-    from deltaport.storage.object_store import ObstoreStore
-
-    return ObstoreStore(_normalise_object_url(location), opts)
+    return _normalise_object_url(location), opts

@@ -18,6 +18,81 @@ _CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "timeout", "connect_
 DEFAULT_RETRY = {"max_retries": 2, "retry_timeout": dt.timedelta(seconds=10)}
 
 
+#: The options each kind of store takes (obstore's S3Config, AzureConfig, GCSConfig), for naming the
+#: valid ones when a key is refused; whether a key is taken is obstore's own answer (``check_options``).
+STORE_KEYS = {
+    "s3": (
+        "access_key_id aws_endpoint_url_s3 bucket checksum_algorithm conditional_put "
+        "container_credentials_relative_uri container_credentials_full_uri container_authorization_token_file "
+        "copy_if_not_exists default_region "
+        "disable_tagging disable_bulk_delete endpoint imdsv1_fallback metadata_endpoint region request_payer role_arn "
+        "role_session_name s3_express secret_access_key server_side_encryption session_token skip_signature "
+        "sse_bucket_key_enabled sse_customer_key_base64 sse_kms_key_id sts_endpoint unsigned_payload "
+        "virtual_hosted_style_request web_identity_token_file"
+    ).split(),
+    "azure": (
+        "account_name account_key client_id client_secret credential_type tenant_id authority_host sas_key token "
+        "use_emulator use_fabric_endpoint encryption_key endpoint msi_endpoint object_id msi_resource_id "
+        "federated_token_file use_azure_cli skip_signature container_name disable_tagging fabric_token_service_url "
+        "fabric_workload_host fabric_session_token fabric_cluster_identifier"
+    ).split(),
+    "gcs": (
+        "service_account service_account_key base_url bearer_token bucket application_credentials skip_signature"
+    ).split(),
+}
+
+
+def _open(root_uri: str, options: Mapping[str, Any]) -> Any:
+    """The obstore store for ``root_uri``; any failure, a native panic included, is a StorageError
+    (obstore panics on some unknown keys, and a panic is no ``Exception``)."""
+    import obstore.store
+
+    options = dict(options)
+    client_options: Any = dict(options.pop("client_options", None) or {})
+    for key in _CLIENT_KEYS:  # accepted beside the store keys for convenience
+        if key in options:
+            client_options[key] = options.pop(key)
+    options.setdefault("retry_config", DEFAULT_RETRY)
+    try:
+        return obstore.store.from_url(root_uri, client_options=client_options or None, **options)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # obstore raises config errors of several kinds, and panics
+        raise StorageError(
+            "the table's object store cannot be opened: check its storage options in the server config",
+            detail=str(exc),
+            location=root_uri,
+        ) from exc
+
+
+def check_options(root_uri: str, options: Mapping[str, Any]) -> None:
+    """Refuse, naming the key and the valid ones, storage options that obstore does not take for the
+    store at ``root_uri`` (opening a store does no I/O)."""
+    try:
+        _open(root_uri, options)
+    except StorageError:
+        for key in options:
+            try:
+                _open(root_uri, {key: options[key]})
+            except StorageError as exc:
+                raise _unknown_option(root_uri, key) from exc
+        raise
+
+
+def _unknown_option(root_uri: str, key: str) -> StorageError:
+    import difflib
+
+    scheme = root_uri.split("://", 1)[0]
+    kind = {"s3": "s3", "az": "azure", "abfs": "azure", "gs": "gcs"}.get(scheme, "")
+    valid = sorted({*STORE_KEYS.get(kind, ()), *_CLIENT_KEYS})
+    near = difflib.get_close_matches(key.lower().removeprefix("aws_"), valid, n=1)
+    hint = f"did you mean '{near[0]}'? " if near else ""
+    return StorageError(
+        f"storage option '{key}' is not an option of {scheme}:// stores: {hint}valid options are {', '.join(valid)}",
+        location=root_uri,
+    )
+
+
 def _ms(meta: Mapping[str, Any]) -> int:
     return int(meta["last_modified"].timestamp() * 1000)
 
@@ -36,26 +111,9 @@ class ObstoreStore:
     """
 
     def __init__(self, root_uri: str, options: Mapping[str, Any] | None = None, *, _store: Any = None) -> None:
-        import obstore.store
-
         self.root_uri = root_uri.rstrip("/")
         self.given_options = dict(options or {})
-        self.options = dict(self.given_options)
-        client_options: Any = dict(self.options.pop("client_options", None) or {})
-        for key in _CLIENT_KEYS:  # accepted beside the store keys for convenience
-            if key in self.options:
-                client_options[key] = self.options.pop(key)
-        self.options.setdefault("retry_config", DEFAULT_RETRY)
-        try:
-            self._store = _store or obstore.store.from_url(
-                self.root_uri, client_options=client_options or None, **self.options
-            )
-        except Exception as exc:  # obstore raises config errors of several kinds
-            raise StorageError(
-                "the table's object store cannot be opened: check its storage options in the server config",
-                detail=str(exc),
-                location=self.root_uri,
-            ) from exc
+        self._store = _store or _open(self.root_uri, self.given_options)
 
     def __repr__(self) -> str:
         return f"ObstoreStore({self.root_uri!r})"
