@@ -40,3 +40,13 @@ def test_other_missing_modules_are_not_blamed_on_an_extra(tmp_path):
     config.write_text("version: 1\nshares: []\n")
     done = _run("yaml", "serve", "--config", str(config))
     assert done.returncode != 0 and "Traceback" in done.stderr  # a broken install is not an extra to install
+
+
+def test_a_postgresql_catalog_without_its_driver_names_the_postgres_extra(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("version: 1\ncatalog: postgresql://user@127.0.0.1:1/db\n")
+    done = _run("psycopg", "serve", "--config", str(config))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: a PostgreSQL catalog needs the 'postgres' extra: pip install \"deltaport[postgres]\""
+    )

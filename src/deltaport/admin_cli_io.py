@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 import typer
 
 from deltaport import __version__
+from deltaport.isotime import iso_to_epoch_ms
 
 API = "/api/2.1/unity-catalog"
 DEFAULT_HOST = "http://localhost:8080"
@@ -243,14 +244,10 @@ def time_ms(text: str, option: str) -> int:
     text = text.strip()
     if text.isdigit():
         return int(text)
-    iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
     try:
-        moment = dt.datetime.fromisoformat(iso)
+        return iso_to_epoch_ms(text)
     except ValueError:
         fail(f"{option} '{text}' is not a time: give ISO-8601 (2024-05-01T12:00:00Z, 2024-05-01) or epoch ms")
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return int(moment.timestamp() * 1000)
 
 
 def pairs(items: Sequence[str], option: str) -> dict[str, str]:

@@ -155,8 +155,12 @@ def serve(
     use_server_pool()
     if keying_processes is None:
         keying_processes = 1 if (os.cpu_count() or 1) >= 2 else 0
+    try:
+        application = create_app(cfg, keying_processes=keying_processes)
+    except DeltaportError as exc:  # the catalog database cannot be opened, say
+        _fail(exc)
     _run(
-        create_app(cfg, keying_processes=keying_processes),
+        application,
         host,
         port if port is not None else cfg.port,
         cfg,
@@ -561,9 +565,11 @@ def catalog_import(
 #: Modules an optional part needs -> the extra that installs them.
 _EXTRAS = {
     **dict.fromkeys(
-        ("fastapi", "uvicorn", "starlette", "cryptography", "prometheus_client", "sqlalchemy", "alembic", "psycopg"),
+        ("fastapi", "fastapi_offline", "uvicorn", "starlette", "pydantic", "cryptography", "prometheus_client"),
         "server",
     ),
+    **dict.fromkeys(("sqlalchemy", "alembic"), "server"),
+    "psycopg": "postgres",
     "pyspark": "spark",
     "polars": "polars",
     "obstore": "s3",

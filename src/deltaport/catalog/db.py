@@ -238,6 +238,12 @@ def engine_for(url: str) -> Engine:
     if backend == "sqlite" and driver in ("", "pysqlite"):
         return _sqlite_engine(parsed)
     if backend in ("postgresql", "postgres") and driver in ("", "psycopg"):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise InvalidParameter(
+                "a PostgreSQL catalog needs the 'postgres' extra: pip install \"deltaport[postgres]\""
+            ) from None
         return sa.create_engine(
             parsed.set(drivername="postgresql+psycopg"),
             hide_parameters=True,

@@ -14,7 +14,6 @@ when fsspec is installed, an open file, a ``dict``, a JSON string, or a
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from urllib.parse import unquote, urlparse
 import orjson
 
 from deltaport.client.errors import InvalidTableUrl, ProfileError
+from deltaport.isotime import iso_to_epoch_ms
 
 __all__ = [
     "DeltaSharingProfile",
@@ -289,13 +289,4 @@ def _three_parts(fragment: str, url: str) -> tuple[str, str, str]:
 
 def parse_iso_timestamp(text: str) -> int:
     """An ISO-8601 time (``Z`` or an offset; naive means UTC) → ms since the epoch."""
-    value = text.strip()
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"not an ISO-8601 time: {text!r}") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return int(parsed.timestamp() * 1000)
+    return iso_to_epoch_ms(text)

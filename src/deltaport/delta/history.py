@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 
 from deltaport.errors import TimestampOutOfRange
+from deltaport.isotime import iso_to_epoch_ms
 
 
 def monotonic_timestamps(versions: list[int], raw: Mapping[int, int]) -> dict[int, int]:
@@ -125,13 +126,9 @@ def to_epoch_ms(value: str | int | float | dt.datetime) -> int:
     """Milliseconds since the epoch from ISO-8601 (with offset or Z; naive means UTC) or ms."""
     if isinstance(value, (int, float)):
         return int(value)
-    if isinstance(value, dt.datetime):
-        d = value
-    else:
-        text = value.strip()
-        if text.endswith("Z") or text.endswith("z"):
-            text = text[:-1] + "+00:00"
-        d = dt.datetime.fromisoformat(text)
+    if isinstance(value, str):
+        return iso_to_epoch_ms(value)
+    d = value
     if d.tzinfo is None:
         d = d.replace(tzinfo=dt.timezone.utc)
     return int(d.timestamp() * 1000)

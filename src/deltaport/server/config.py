@@ -6,7 +6,6 @@ An unknown key is refused with the nearest valid key named. Every error names th
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import difflib
 import hashlib
 import ipaddress
@@ -29,6 +28,7 @@ from deltaport.catalog.served import (
     TokenHash,
 )
 from deltaport.errors import DeltaportError, StorageError
+from deltaport.isotime import iso_to_epoch_ms
 from deltaport.storage import check_storage_options
 
 __all__ = [
@@ -250,13 +250,9 @@ def _expiration(value: Any, who: str) -> int | None:
     if value in (None, ""):
         return None
     try:
-        text = str(value).strip().replace("Z", "+00:00")
-        when = dt.datetime.fromisoformat(text)
+        return iso_to_epoch_ms(str(value))
     except ValueError:
         raise ConfigError(f"expirationTime of recipient '{who}' must be ISO-8601, e.g. 2027-01-01T00:00:00Z") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return int(when.timestamp() * 1000)
 
 
 def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
