@@ -6,6 +6,8 @@ quarter of a second); building arrays from numpy buffers avoids it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -43,7 +45,7 @@ def keep_runs(mask: np.ndarray, max_runs: int = 4096) -> list[tuple[int, int]] |
     return [(int(a), int(b - a)) for a, b in zip(starts, stops)]
 
 
-def select_rows(data, mask: np.ndarray):
+def select_rows(data: Any, mask: np.ndarray) -> Any:
     """Rows of a Table / ChunkedArray where ``mask`` is True, zero-copy slices when runs are few."""
     runs = keep_runs(mask)
     if runs is None:

@@ -11,7 +11,9 @@ fewer.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -64,7 +66,7 @@ class ScanResult:
     def num_files(self) -> int:
         return len(self.indices)
 
-    def add_actions(self):
+    def add_actions(self) -> Iterator[dict[str, Any]]:
         return self.snapshot.add_actions(self.indices)
 
     def files(self) -> pa.Table:
@@ -77,7 +79,8 @@ def _stats_text(stats: pa.ChunkedArray) -> bytes:
     if len(arr) == 0:
         return b""
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
-    return arr.buffers()[2].to_pybytes()[offsets[0] : offsets[-1]]
+    data: bytes = arr.buffers()[2].to_pybytes()
+    return data[offsets[0] : offsets[-1]]
 
 
 def parsed_stats(snapshot: Snapshot, physical_types: dict[str, str]) -> pa.StructArray | None:

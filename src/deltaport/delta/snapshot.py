@@ -67,7 +67,7 @@ class Snapshot:
 
     @property
     def num_files(self) -> int:
-        return self.live.num_rows
+        return int(self.live.num_rows)
 
     @cached_property
     def size_in_bytes(self) -> int:
@@ -89,7 +89,7 @@ class Snapshot:
         """Arrow bytes held: the live files and everything derived from them."""
         with self._derived_lock:
             derived = list(self._derived.values())
-        return self.live.nbytes + sum(_nbytes(v) for v in derived)
+        return int(self.live.nbytes) + sum(_nbytes(v) for v in derived)
 
     def files(self) -> pa.Table:
         """The live add actions as Arrow, in the log's field names (no internal columns)."""
@@ -130,7 +130,7 @@ class Snapshot:
 
 def _nbytes(value: Any) -> int:
     if isinstance(value, (pa.Array, pa.ChunkedArray, pa.Table, pa.RecordBatch)):
-        return value.nbytes
+        return int(value.nbytes)
     if isinstance(value, tuple):
         return sum(_nbytes(v) for v in value)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -79,7 +80,7 @@ class TableConfig:
         return Schema.parse(self.metadata.schema_string, table=self.table)
 
     @property
-    def configuration(self):
+    def configuration(self) -> Mapping[str, str]:
         return self.metadata.configuration
 
     @property

@@ -132,7 +132,7 @@ def _canonical_type(value_type: str) -> pa.DataType | None:
 
 
 def _is_float(arrow_type: pa.DataType) -> bool:
-    return pa.types.is_floating(arrow_type)
+    return bool(pa.types.is_floating(arrow_type))
 
 
 def _as_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -457,7 +457,8 @@ class _Pruner:
                 drop |= drop_where(pc.and_(pc.equal(lower, value), pc.equal(upper, value)))
         else:
             return self.all(True)
-        return ~drop
+        kept: np.ndarray = ~drop
+        return kept
 
     def _range(self, column: Column) -> _Range | None:
         name = column.name
