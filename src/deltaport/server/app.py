@@ -47,6 +47,7 @@ from deltaport.server.config_file import ConfigCatalogView, ConfigFileSource, Lo
 from deltaport.server.file_keys import KeyingPool
 from deltaport.server.freshness import LatestState
 from deltaport.server.hot_paths import HotTableCalls
+from deltaport.server.metrics import scrape_digests
 from deltaport.server.observe import observe, observe_also
 from deltaport.server.registry import Principal, SharedTable, StoreOpener, recipient_key
 from deltaport.server.request_info import current_request
@@ -295,8 +296,9 @@ def create_app(
     ``catalog``, if any, which the app closes at its shutdown); with one, the admin API is served
     too — beside the protocol, or as ``app.state.admin_app`` for a listener of its own when the
     config names an ``adminPort``.
-    ``metrics``: Prometheus metrics at ``GET /metrics`` (metrics.py), only for
-    ``Authorization: Bearer <metrics_token>`` when that is given. ``audit``: the audit log that
+    ``metrics``: Prometheus metrics at ``GET /metrics``, private (metrics.py): on the admin listener
+    when there is one, else on this app for ``Authorization: Bearer`` with ``metrics_token``, the
+    config's ``metricsToken`` or an admin token, else not served. ``audit``: the audit log that
     takes each protocol request's, download's, admin write's and activation's event (audit.py; the
     caller closes it); by default one writing to the config's ``auditLog`` file and the catalog
     database, if any. ``trusted_proxies``:
@@ -357,7 +359,7 @@ def create_app(
         cache,
         prefix,
         metrics=metrics,
-        metrics_token=metrics_token,
+        metrics_digests=scrape_digests(config, metrics_token),
         audit=audit,
         trusted_proxies=tuple(trusted_proxies) or config.trusted_proxies,
     )
