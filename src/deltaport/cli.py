@@ -142,10 +142,13 @@ def serve(
     use_server_pool()
     if keying_processes is None:
         keying_processes = 1 if (os.cpu_count() or 1) >= 2 else 0
+    listen_host, listen_port = host or cfg.host, port if port is not None else cfg.port
     _run(
-        create_app(cfg, keying_processes=keying_processes, metrics_token=metrics_token),
-        host or cfg.host,
-        port if port is not None else cfg.port,
+        create_app(
+            cfg, keying_processes=keying_processes, metrics_token=metrics_token, listener=(listen_host, listen_port)
+        ),
+        listen_host,
+        listen_port,
         cfg,
     )
 
