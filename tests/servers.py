@@ -104,14 +104,14 @@ class MotoServer:
 
 class RunningServer:
     """A deltaport app served by uvicorn in a thread on 127.0.0.1 (a real HTTP server); ``options``
-    go to uvicorn's Config (e.g. ``proxy_headers=False``)."""
+    go to uvicorn's Config (e.g. ``proxy_headers=False``); ``port`` is a free one unless given."""
 
-    def __init__(self, app, **options) -> None:
+    def __init__(self, app, port: int | None = None, **options) -> None:
         import threading
 
         import uvicorn
 
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, **options)
         self.server = uvicorn.Server(config)

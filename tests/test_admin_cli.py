@@ -180,11 +180,12 @@ def test_recipient_options_reach_the_server(server):
         "::1",
         "--json",
     )
-    assert json.loads(made.stdout)["activation_url"]
+    link = json.loads(made.stdout)["activation_url"]
+    assert link
     got = json.loads(server.admin("recipients", "get", "props", "--json").stdout)
     assert got["expiration_time"] == int(dt.datetime(2999, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc).timestamp() * 1000)
     assert got["ip_access_list"] == {"allowed_ip_addresses": ["10.0.0.0/8", "::1"]}
-    assert "activation_url" not in got
+    assert got["activation_url"] == link  # shown until used, as Unity Catalog
 
 
 def test_partition_options_round_trip(server):

@@ -139,6 +139,14 @@ def serve(
         "server process (default: 1 when the machine has 2 or more CPUs, else 0; 0 keeps that work "
         "in the server process).",
     ),
+    metrics_token: Optional[str] = typer.Option(
+        None,
+        "--metrics-token",
+        envvar="DELTAPORT_METRICS_TOKEN",
+        show_envvar=True,
+        help="A token that reads /metrics on the recipients' port (besides the config's 'metricsToken' and "
+        "the admin tokens). Prefer the environment variable: a command line is visible to every user.",
+    ),
 ) -> None:
     """Serve the shares of a config file, or of its catalog database, over the Delta Sharing protocol."""
     from deltaport.errors import DeltaportError
@@ -155,14 +163,17 @@ def serve(
     use_server_pool()
     if keying_processes is None:
         keying_processes = 1 if (os.cpu_count() or 1) >= 2 else 0
+    listen_port = port if port is not None else cfg.port
     try:
-        application = create_app(cfg, keying_processes=keying_processes)
+        application = create_app(
+            cfg, keying_processes=keying_processes, metrics_token=metrics_token, listener=(host, listen_port)
+        )
     except DeltaportError as exc:  # the catalog database cannot be opened, say
         _fail(exc)
     _run(
         application,
         host,
-        port if port is not None else cfg.port,
+        listen_port,
         cfg,
     )
 
@@ -392,6 +403,7 @@ def _run(application, host: str, port: int, cfg) -> None:
     shares = len(application.state.service.config.shares)
     typer.echo(f"serving {shares} share(s) on {scheme}://{host}:{port}{cfg.endpoint}")
     admin_app = getattr(application.state, "admin_app", None)
+    _say_metrics(application)
     if cfg.catalog_url is not None:
         _say_catalog(cfg, shares, f"{scheme}://{cfg.admin_host or host}:{cfg.admin_port or port}")
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
@@ -466,6 +478,16 @@ def _check_open(cfg, host: str, allow_anonymous: bool) -> None:
         "to require tokens, %s",
         fix,
     )
+
+
+def _say_metrics(application) -> None:
+    """Where /metrics is served, or how to serve it."""
+    from deltaport.server.metrics import ENABLE_METRICS
+
+    if not hasattr(application.state, "metrics_at"):
+        return
+    where = application.state.metrics_at
+    typer.echo(f"metrics: /metrics on {where}" if where else f"metrics: /metrics is not served; {ENABLE_METRICS}")
 
 
 def _say_catalog(cfg, shares: int, admin_url: str) -> None:

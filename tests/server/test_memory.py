@@ -11,7 +11,11 @@ import httpx
 import pyarrow as pa
 from conftest import TOKEN, corpus_config
 from prometheus_client.parser import text_string_to_metric_families
+from secret_scan import secrets_used
 from servers import ServeProcess
+
+SCRAPER_TOKEN = "memory-test-metrics-token"
+secrets_used.add(SCRAPER_TOKEN, label="the memory test's scraper token")
 
 
 def _has_jemalloc() -> bool:
@@ -53,7 +57,7 @@ def test_an_operator_s_choice_of_pool_is_kept():
 
 
 def test_deltaport_serve_allocates_from_it_and_reports_it(tmp_path):
-    server = ServeProcess(corpus_config(), tmp_path)
+    server = ServeProcess({**corpus_config(), "metricsToken": SCRAPER_TOKEN}, tmp_path)
     try:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         query = httpx.post(
@@ -63,7 +67,8 @@ def test_deltaport_serve_allocates_from_it_and_reports_it(tmp_path):
             timeout=30,
         )
         assert query.status_code == 200, query.text
-        text = httpx.get(f"{server.url}/metrics", timeout=10).text
+        scraper = {"Authorization": f"Bearer {SCRAPER_TOKEN}"}
+        text = httpx.get(f"{server.url}/metrics", headers=scraper, timeout=10).text
     finally:
         server.stop()
     samples = {

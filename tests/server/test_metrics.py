@@ -4,6 +4,7 @@ cache, a token for the scraper, one registry per app, and several worker process
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 from conftest import OTHER_TOKEN, TABLES, TOKEN, corpus_config
 from prometheus_client.parser import text_string_to_metric_families
 from secret_scan import secrets_used
-from servers import RunningServer
+from servers import RunningServer, ServeProcess
 
 from deltaport.delta import SnapshotCache
 from deltaport.server import create_app, parse_config
@@ -29,11 +30,12 @@ TEMPLATE = "/shares/{share}/schemas/{schema}/tables/{table}"
 ALICE = {"Authorization": f"Bearer {TOKEN}"}
 METRICS_TOKEN = "metrics-scraper-token-3f9a"
 secrets_used.add(METRICS_TOKEN, label="the metrics test's scraper token")
+SCRAPER = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 
-def scrape(client: httpx.Client, **headers: str) -> dict[str, dict[tuple, float]]:
-    """Every sample of /metrics: name -> sorted label items -> value."""
-    response = client.get("/metrics", headers=headers)
+def scrape(client: httpx.Client) -> dict[str, dict[tuple, float]]:
+    """Every sample of /metrics (scraped with the metrics token): name -> sorted label items -> value."""
+    response = client.get("/metrics", headers=SCRAPER)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain")
     out: dict[str, dict[tuple, float]] = {}
@@ -51,7 +53,7 @@ def value(samples: dict, name: str, **labels: str) -> float:
 def served():
     """The corpus server with its snapshot cache at hand."""
     cache = SnapshotCache()
-    server = RunningServer(create_app(parse_config(corpus_config()), cache=cache))
+    server = RunningServer(create_app(parse_config(corpus_config()), cache=cache, metrics_token=METRICS_TOKEN))
     with httpx.Client(base_url=server.url, timeout=30) as client:
         yield client, cache
     server.stop()
@@ -142,7 +144,7 @@ def test_downloads_count_the_bytes_sent_and_no_secret_reaches_a_label(served):
     part = client.get(url, headers={"Range": "bytes=0-9"})
     assert whole.status_code == 200 and part.status_code == 206 and len(part.content) == 10
     assert client.head(url).status_code == 200
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=SCRAPER).text
     after = scrape(client)
     labels = {"recipient": "alice", "share": "corpus"}
     sent = value(after, "deltaport_download_bytes_total", **labels) - value(
@@ -195,7 +197,9 @@ def test_active_streams_count_a_stream_while_it_is_sent_and_return_to_zero():
             }
         ],
     }
-    server = RunningServer(create_app(parse_config(cfg), signer=lambda shared, base, who: signer))
+    server = RunningServer(
+        create_app(parse_config(cfg), signer=lambda shared, base, who: signer, metrics_token=METRICS_TOKEN)
+    )
     done: list[httpx.Response] = []
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
@@ -218,24 +222,92 @@ def test_active_streams_count_a_stream_while_it_is_sent_and_return_to_zero():
         server.stop()
 
 
-def test_a_metrics_token_is_asked_of_the_scraper():
-    server = RunningServer(create_app(parse_config(corpus_config()), metrics_token=METRICS_TOKEN))
+ADMIN_TOKEN = "metrics-test-admin-token-77c1"
+secrets_used.add(ADMIN_TOKEN, label="the metrics test's admin token")
+
+
+def _refused(response: httpx.Response) -> bool:
+    return (
+        response.status_code == 401
+        and response.json()["errorCode"] == "UNAUTHENTICATED"
+        and "metrics token" in response.json()["message"]
+        and response.headers["www-authenticate"].startswith("Bearer")
+        and "deltaport_" not in response.text
+    )
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"metricsToken": METRICS_TOKEN}, {"metricsToken": "sha256:" + hashlib.sha256(METRICS_TOKEN.encode()).hexdigest()}],
+    ids=["plain", "sha256"],
+)
+def test_metrics_need_the_metrics_token_or_an_admin_token(config):
+    server = RunningServer(create_app(parse_config({**corpus_config(), **config, "adminTokens": [ADMIN_TOKEN]})))
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
-            for headers in ({}, {"Authorization": "Bearer wrong"}, ALICE, {"Authorization": METRICS_TOKEN}):
-                refused = client.get("/metrics", headers=headers)
-                assert refused.status_code == 401 and refused.json()["errorCode"] == "UNAUTHENTICATED"
-                assert refused.headers["www-authenticate"].startswith("Bearer")
-            assert (
-                "deltaport_requests_total"
-                in client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
-            )
+            assert client.post(T + "/partitioned/query", json={}, headers=ALICE).status_code == 200
+            wrong = ({}, {"Authorization": "Bearer wrong"}, ALICE, {"Authorization": f"Bearer {OTHER_TOKEN}"})
+            for headers in (*wrong, {"Authorization": METRICS_TOKEN}, {"Authorization": f"Basic {METRICS_TOKEN}"}):
+                assert _refused(client.get("/metrics", headers=headers)), headers
+            for token in (METRICS_TOKEN, ADMIN_TOKEN):
+                scraped = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+                assert scraped.status_code == 200
+                assert 'deltaport_files_served_total{recipient="alice",share="corpus"}' in scraped.text
     finally:
         server.stop()
 
 
+def test_without_a_token_or_an_admin_listener_metrics_are_not_served():
+    app = create_app(parse_config(corpus_config()))
+    server = RunningServer(app)
+    try:
+        for headers in ({}, ALICE, {"Authorization": f"Bearer {OTHER_TOKEN}"}):
+            response = httpx.get(server.url + "/metrics", headers=headers, timeout=30)
+            assert response.status_code == 404 and response.json()["errorCode"] == "RESOURCE_DOES_NOT_EXIST"
+        assert app.state.metrics_at is None
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("admin_tokens", [[], [ADMIN_TOKEN]], ids=["no-admin-token", "admin-token"])
+def test_with_an_admin_listener_metrics_are_served_there_only(tmp_path, admin_tokens):
+    config = {"version": 1, "catalog": str(tmp_path / "c.db"), "adminPort": 0, "adminTokens": admin_tokens}
+    app = create_app(parse_config(config, base=tmp_path))
+    server, admin = RunningServer(app), RunningServer(app.state.admin_app)
+    try:
+        assert httpx.get(server.url + "/health", timeout=30).status_code == 200
+        with_admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        assert httpx.get(server.url + "/metrics", headers=with_admin, timeout=30).status_code == 404
+        scraped = httpx.get(admin.url + "/metrics", headers=with_admin, timeout=30)
+        assert scraped.status_code == 200 and 'route="/health"' in scraped.text
+        anonymous = httpx.get(admin.url + "/metrics", timeout=30)
+        assert anonymous.status_code == 200 if not admin_tokens else _refused(anonymous)
+    finally:
+        admin.stop()
+        server.stop()
+
+
+def test_deltaport_serve_takes_a_metrics_token_and_says_where_metrics_are(tmp_path):
+    server = ServeProcess(corpus_config(), tmp_path, "--metrics-token", METRICS_TOKEN)
+    try:
+        assert _refused(httpx.get(server.url + "/metrics", headers=ALICE, timeout=30))
+        assert httpx.get(server.url + "/metrics", headers=SCRAPER, timeout=30).status_code == 200
+    finally:
+        server.stop()
+    assert "metrics: /metrics on the recipients' port, with a metrics or admin token" in server.log.read_text()
+    (tmp_path / "quiet").mkdir()
+    quiet = ServeProcess(corpus_config(), tmp_path / "quiet")
+    try:
+        assert httpx.get(quiet.url + "/metrics", headers=ALICE, timeout=30).status_code == 404
+    finally:
+        quiet.stop()
+    assert "metrics: /metrics is not served; give the server a metrics token" in quiet.log.read_text()
+
+
 def test_two_apps_in_one_process_keep_their_own_metrics():
-    first, second = (RunningServer(create_app(parse_config(corpus_config()))) for _ in range(2))
+    first, second = (
+        RunningServer(create_app(parse_config(corpus_config()), metrics_token=METRICS_TOKEN)) for _ in range(2)
+    )
     try:
         with httpx.Client(base_url=first.url) as one, httpx.Client(base_url=second.url) as two:
             for _ in range(3):
@@ -250,9 +322,9 @@ def test_two_apps_in_one_process_keep_their_own_metrics():
 
 
 def test_without_metrics_there_is_no_endpoint():
-    server = RunningServer(create_app(parse_config(corpus_config()), metrics=False))
+    server = RunningServer(create_app(parse_config(corpus_config()), metrics=False, metrics_token=METRICS_TOKEN))
     try:
-        response = httpx.get(server.url + "/metrics")
+        response = httpx.get(server.url + "/metrics", headers=SCRAPER)
         assert response.status_code == 404 and response.headers["x-request-id"]
     finally:
         server.stop()
@@ -271,11 +343,12 @@ _WORKER = textwrap.dedent(
     cache = SnapshotCache()
     schema = {"name": "d", "tables": [{"name": "t", "location": table}]}
     config = {"version": 1, "shares": [{"name": "s", "schemas": [schema]}]}
-    with TestClient(create_app(parse_config(config), cache=cache)) as client:
+    with TestClient(create_app(parse_config(config), cache=cache, metrics_token="scraper")) as client:
         for _ in range(int(sys.argv[2])):
             assert client.get("/health").status_code == 200
         assert client.get("/delta-sharing/shares/s/schemas/d/tables/t/metadata").status_code == 200
-        scraped = client.get("/metrics").text if sys.argv[3] == "scrape" else ""
+        scraper = {"Authorization": "Bearer scraper"}
+        scraped = client.get("/metrics", headers=scraper).text if sys.argv[3] == "scrape" else ""
     print(f"{cache.misses} {len(cache)}")
     print(scraped)
     """

@@ -12,7 +12,9 @@ that the migrations and these definitions agree):
   it (``ON DELETE CASCADE``; SQLite enforces it because every connection turns foreign keys on);
 - ``catalog_state`` holds one row whose ``revision`` every catalog write transaction increments
   first (so writers queue on that row and a reader can tell cheaply whether anything changed);
-- secrets exist only as SHA-256 digests (``recipient_tokens.token_hash``, ``activation_hash``);
+- secrets exist only as SHA-256 digests (``recipient_tokens.token_hash``, ``activation_hash``),
+  but for a pending link's activation token, also kept encrypted under a key the catalog never
+  holds (``activation_sealed``, migration 0003; emptied when the link is used);
 - times are epoch milliseconds.
 """
 
@@ -187,6 +189,7 @@ recipient_tokens = sa.Table(
     sa.Column("activation_hash", sa.LargeBinary(32), unique=True),
     sa.Column("activation_expires_at", sa.BigInteger),
     sa.Column("activated_at", sa.BigInteger),
+    sa.Column("activation_sealed", sa.LargeBinary),  # the pending link, encrypted by the admin API
 )
 
 grants = sa.Table(

@@ -117,6 +117,15 @@ class RecipientToken:
     activation_hash: bytes | None = field(default=None, repr=False)
     activation_expires_at: int | None = None
     activated_at: int | None = None
+    activation_sealed: bytes | None = field(default=None, repr=False)  # the pending link, encrypted
+
+    def link_pending(self, now_ms: int) -> bool:
+        """Whether the token's activation link may still be used at ``now_ms``."""
+        return (
+            self.activated_at is None
+            and (self.activation_expires_at is None or self.activation_expires_at > now_ms)
+            and (self.expiration_time is None or self.expiration_time > now_ms)
+        )
 
 
 @dataclass(frozen=True)

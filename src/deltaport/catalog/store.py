@@ -40,6 +40,7 @@ from sqlalchemy.exc import (
 
 from deltaport.catalog import db, store_audit, store_catalog, store_recipients, store_served, store_shares
 from deltaport.catalog.model import AuditEvent, CatalogInfo, Grant, RecipientInfo, SchemaInfo, ShareInfo, TableInfo
+from deltaport.catalog.store_recipients import Seal
 from deltaport.catalog.store_types import ObjectUpdate, PermissionChange, ServedCatalog, Tx
 from deltaport.errors import CatalogUnavailable, InvalidParameter
 
@@ -300,8 +301,11 @@ class CatalogDB:
         expiration_time: int | None = None,
         allowed_ip_addresses: Iterable[str] = (),
         properties: Mapping[str, str] | None = None,
+        seal: Seal | None = None,
     ) -> tuple[RecipientInfo, str]:
-        """A new recipient (TOKEN authentication only) and the activation token of its first token."""
+        """A new recipient (TOKEN authentication only) and the activation token of its first token.
+        ``seal(token id, activation token)`` gives the bytes kept to show the link again (encrypted
+        by the caller; see :data:`~deltaport.catalog.store_recipients.Seal`)."""
         with self._write() as tx:
             made, activation = store_recipients.create_recipient(
                 tx,
@@ -312,6 +316,7 @@ class CatalogDB:
                 allowed_ip_addresses=allowed_ip_addresses,
                 properties=properties,
                 activation_ttl_ms=self._activation_ttl_ms,
+                seal=seal,
             )
         assert activation is not None  # a new recipient's first token waits for its link
         return made, activation
@@ -377,12 +382,16 @@ class CatalogDB:
         with self._write() as tx:
             store_recipients.delete_recipient(tx, name)
 
-    def rotate_token(self, name: str, existing_token_expire_in_seconds: int) -> tuple[RecipientInfo, str]:
+    def rotate_token(
+        self, name: str, existing_token_expire_in_seconds: int, *, seal: Seal | None = None
+    ) -> tuple[RecipientInfo, str]:
         """Existing tokens and pending links expire at the latest ``existing_token_expire_in_seconds``
-        from now (0: now; never later than before); a new pending token is added. Returns the new
-        activation token."""
+        from now (0: now; never later than before); a new pending token is added (its link kept
+        with ``seal``, as for :meth:`create_recipient`). Returns the new activation token."""
         with self._write() as tx:
-            return store_recipients.rotate_token(tx, name, existing_token_expire_in_seconds, self._activation_ttl_ms)
+            return store_recipients.rotate_token(
+                tx, name, existing_token_expire_in_seconds, self._activation_ttl_ms, seal=seal
+            )
 
     def activate(self, activation_token: str) -> tuple[RecipientInfo, str, int | None]:
         """(recipient, a new bearer token, its expiry in epoch ms or None). Once per link: an

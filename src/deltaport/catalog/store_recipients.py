@@ -2,7 +2,10 @@
 activation of a link.
 
 Secrets: an activation token and a bearer token are made here (``secrets.token_urlsafe``), handed
-back to the caller once, and stored only as SHA-256 digests; no message names one.
+back to the caller once, and stored only as SHA-256 digests; no message names one. So that the
+admin API can show a pending link again, the caller may give a :data:`Seal`: what it returns for
+the activation token (encrypted; this module never sees a key) is kept with the token until the
+link is used (then it is emptied).
 
 Token lifecycle: a token starts *pending* (only its activation link exists, valid until
 ``activation_expires_at``); :func:`activate` turns it into a bearer token exactly once. Its
@@ -16,7 +19,7 @@ import hashlib
 import ipaddress
 import secrets
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,6 +36,10 @@ _R, _K = db.recipients, db.recipient_tokens
 BEARER_PREFIX = "dpt_"
 ACTIVATION_PREFIX = "dpa_"
 _NEW_LINK = "ask the data provider for a new activation link"
+
+#: ``seal(token id, activation token)``: the bytes to keep so that the link can be shown again
+#: (the activation token encrypted, bound to its token id).
+Seal = Callable[[str, str], bytes]
 
 
 def digest(secret: str) -> bytes:
@@ -93,6 +100,7 @@ def _token(row: Row[Any]) -> RecipientToken:
         activation_hash=row.activation_hash,
         activation_expires_at=row.activation_expires_at,
         activated_at=row.activated_at,
+        activation_sealed=row.activation_sealed,
     )
 
 
@@ -138,16 +146,20 @@ def list_recipients(tx: Tx) -> list[RecipientInfo]:
 # --- tokens ---------------------------------------------------------------------------------------
 
 
-def _add_pending_token(tx: Tx, recipient_ref: int, expiration_time: int | None, activation_ttl_ms: int) -> str:
-    """A new pending token of the recipient; returns its activation token (shown once)."""
+def _add_pending_token(
+    tx: Tx, recipient_ref: int, expiration_time: int | None, activation_ttl_ms: int, seal: Seal | None
+) -> str:
+    """A new pending token of the recipient; returns its activation token (kept only sealed)."""
     activation = ACTIVATION_PREFIX + secrets.token_urlsafe(32)
+    token_id = str(uuid.uuid4())
     values = dict(
         recipient_ref=recipient_ref,
-        token_id=str(uuid.uuid4()),
+        token_id=token_id,
         created_at=tx.now_ms,
         expiration_time=expiration_time,
         activation_hash=digest(activation),
         activation_expires_at=tx.now_ms + activation_ttl_ms,
+        activation_sealed=seal(token_id, activation) if seal is not None else None,
     )
     insert_row(tx, _K, values, "a new token could not be stored: try again")
     return activation
@@ -164,6 +176,7 @@ def create_recipient(
     properties: Mapping[str, str] | None,
     activation_ttl_ms: int,
     token_digests: Iterable[bytes] | None = None,
+    seal: Seal | None = None,
 ) -> tuple[RecipientInfo, str | None]:
     """A new TOKEN recipient with one pending token; returns it and that token's activation token.
     With ``token_digests`` (bearer tokens known only by their SHA-256 digests, as a config file
@@ -189,7 +202,7 @@ def create_recipient(
     )
     ref = insert_row(tx, _R, values, conflict)
     if token_digests is None:
-        activation = _add_pending_token(tx, ref, expires, activation_ttl_ms)  # before the recipient is read
+        activation = _add_pending_token(tx, ref, expires, activation_ttl_ms, seal)  # before the recipient is read
         return get_recipient(tx, name), activation
     for token_hash in token_digests:
         _add_known_token(tx, ref, token_hash, expires)
@@ -267,7 +280,7 @@ def delete_recipient(tx: Tx, name: str) -> None:
 
 
 def rotate_token(
-    tx: Tx, name: str, existing_token_expire_in_seconds: int, activation_ttl_ms: int
+    tx: Tx, name: str, existing_token_expire_in_seconds: int, activation_ttl_ms: int, *, seal: Seal | None = None
 ) -> tuple[RecipientInfo, str]:
     """Every token's expiry (and every pending link's) becomes the sooner of its own and now + N s;
     a new pending token expiring with the recipient is added. Returns its activation token."""
@@ -290,7 +303,7 @@ def rotate_token(
     tx.conn.execute(sa.update(_K).where(mine, later).values(expiration_time=cutoff))
     pending = sa.and_(_K.c.activated_at.is_(None), _K.c.activation_expires_at > cutoff)
     tx.conn.execute(sa.update(_K).where(mine, pending).values(activation_expires_at=cutoff))
-    activation = _add_pending_token(tx, row.id, row.expiration_time, activation_ttl_ms)
+    activation = _add_pending_token(tx, row.id, row.expiration_time, activation_ttl_ms, seal)
     tx.conn.execute(sa.update(_R).where(_R.c.id == row.id).values(updated_at=tx.now_ms))
     return get_recipient(tx, row.name), activation
 
@@ -321,7 +334,7 @@ def activate(tx: Tx, activation_token: str) -> tuple[RecipientInfo, str, int | N
     won = tx.conn.execute(
         sa.update(_K)
         .where(_K.c.id == token.id, _K.c.activated_at.is_(None))
-        .values(activated_at=tx.now_ms, token_hash=digest(bearer))
+        .values(activated_at=tx.now_ms, token_hash=digest(bearer), activation_sealed=None)
     )
     if won.rowcount != 1:
         raise PermissionDenied(f"this activation link has been used already: {_NEW_LINK}")

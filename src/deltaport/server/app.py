@@ -38,6 +38,7 @@ from deltaport.errors import DeltaportError, InvalidParameter, PermissionDenied,
 from deltaport.server import api_doc, errors
 from deltaport.server.admin import AdminParts, add_activation_routes, admin_router, create_admin_app
 from deltaport.server.admin.activation import ACTIVATION_PAGE
+from deltaport.server.admin.links import ActivationLinks, recipients_base
 from deltaport.server.audit import AuditLog, config_audit_log
 from deltaport.server.catalog_feed import CatalogFeed, describe_delta_table
 from deltaport.server.config import ServerConfig
@@ -46,6 +47,7 @@ from deltaport.server.docs_pages import add_docs_pages
 from deltaport.server.file_keys import KeyingPool
 from deltaport.server.freshness import LatestState
 from deltaport.server.hot_paths import HotTableCalls
+from deltaport.server.metrics import scrape_digests
 from deltaport.server.observe import observe, observe_also
 from deltaport.server.registry import Principal, SharedTable, StoreOpener, recipient_key
 from deltaport.server.request_info import current_request
@@ -270,6 +272,7 @@ def create_app(
     metrics_token: str | None = None,
     audit: AuditLog | None = None,
     trusted_proxies: Sequence[str] = (),
+    listener: tuple[str, int] | None = None,
 ) -> FastAPI:
     """The sharing server for ``config``. Secrets default to fresh random ones per process.
 
@@ -286,13 +289,16 @@ def create_app(
     ``catalog``, if any, which the app closes at its shutdown); with one, the admin API is served
     too — beside the protocol, or as ``app.state.admin_app`` for a listener of its own when the
     config names an ``adminPort``.
-    ``metrics``: Prometheus metrics at ``GET /metrics`` (metrics.py), only for
-    ``Authorization: Bearer <metrics_token>`` when that is given. ``audit``: the audit log that
+    ``metrics``: Prometheus metrics at ``GET /metrics``, private (metrics.py): on the admin listener
+    when there is one, else on this app for ``Authorization: Bearer`` with ``metrics_token``, the
+    config's ``metricsToken`` or an admin token, else not served. ``audit``: the audit log that
     takes each protocol request's, download's, admin write's and activation's event (audit.py; the
     caller closes it); by default one writing to the config's ``auditLog`` file and the catalog
     database, if any. ``trusted_proxies``:
     addresses and CIDR blocks of proxies whose ``X-Forwarded-For`` names the client (access.py),
-    for recipients' IP access lists, the audit log and nothing else.
+    for recipients' IP access lists, the audit log and nothing else. ``listener``: the host and
+    port the recipients' listener binds (default: the config's), for activation links the admin
+    API gives from a listener of its own when the config has no ``publicUrl``.
     """
     cache = cache if cache is not None else SnapshotCache()  # an empty cache is falsy: `or` would drop it
     codec = TokenCodec(config.token_secret or secrets.token_bytes(32), clock=clock)
@@ -337,7 +343,7 @@ def create_app(
     if catalog is None and config.catalog_url is not None:
         catalog = opened = CatalogDB(config.catalog_url, activation_ttl_s=config.activation_link_ttl_seconds)
     if catalog is not None:
-        _serve_catalog(app, service, catalog, cache, store)
+        _serve_catalog(app, service, catalog, cache, store, listener)
     elif config.source is not None:
         _serve_config_file(app, service, config.source, cache, store)
     close_audit = None
@@ -348,7 +354,7 @@ def create_app(
         cache,
         prefix,
         metrics=metrics,
-        metrics_token=metrics_token,
+        metrics_digests=scrape_digests(config, metrics_token),
         audit=audit,
         trusted_proxies=tuple(trusted_proxies) or config.trusted_proxies,
     )
@@ -363,7 +369,12 @@ def create_app(
 
 
 def _serve_catalog(
-    app: FastAPI, service: SharingService, catalog: CatalogDB, cache: SnapshotCache, store: StoreOpener
+    app: FastAPI,
+    service: SharingService,
+    catalog: CatalogDB,
+    cache: SnapshotCache,
+    store: StoreOpener,
+    listener: tuple[str, int] | None = None,
 ) -> None:
     """Serves the catalog database: loaded now, then kept in step by a feed (started with the app),
     administered through the admin API, activated through the public activation routes."""
@@ -375,8 +386,12 @@ def _serve_catalog(
     )
     feed.reload_now()
     app.state.catalog_feed = feed
-    parts = _admin_parts(config, catalog, service, cache, store, feed.reload_now)
-    add_activation_routes(app, parts, lambda request: parts.link_base(request) + config.endpoint.rstrip("/"))
+    parts = _admin_parts(config, catalog, service, cache, store, feed.reload_now, listener=listener)
+    add_activation_routes(
+        app,
+        parts,
+        lambda request: (config.public_url or str(request.base_url)).rstrip("/") + config.endpoint.rstrip("/"),
+    )
     _mount_admin(app, parts, config)
 
 
@@ -417,12 +432,10 @@ def _admin_parts(
     reload: Callable[[], None],
     *,
     read_only: str | None = None,
+    listener: tuple[str, int] | None = None,
 ) -> AdminParts:
     def describe_table(location: str):
         return describe_delta_table(location, config.storage_options, cache, store)
-
-    def base(request: Request) -> str:
-        return config.public_url or str(request.base_url).rstrip("/")
 
     return AdminParts(
         catalog=catalog,
@@ -430,7 +443,7 @@ def _admin_parts(
         codec=service.codec,
         reload=reload,
         describe_table=describe_table,
-        link_base=base,
+        links=ActivationLinks(config.token_secret, recipients_base(config, listener), service.clock),
         read_only=read_only,
     )
 

@@ -79,6 +79,7 @@ class ServerConfig:
     public_url: str | None = None  # base URL recipients reach this server at (for local file URLs)
     catalog_url: str | None = None  # the catalog database; None: the shares and recipients above
     admin_token_hashes: tuple[bytes, ...] = ()  # sha256 digests of the admin API's tokens
+    metrics_token_hash: bytes | None = None  # sha256 digest of the token that reads /metrics
     admin_host: str | None = None  # serve the admin API on its own address (None: beside the protocol)
     admin_port: int | None = None
     activation_link_ttl_seconds: int = 7 * 24 * 3600
@@ -126,6 +127,7 @@ _KEYS = {
         "publicUrl",
         "catalog",
         "adminTokens",
+        "metricsToken",
         "adminHost",
         "adminPort",
         "activationLinkTtlSeconds",
@@ -328,6 +330,15 @@ def _admin_tokens(d: Mapping[str, Any]) -> tuple[bytes, ...]:
     return tuple(digests)
 
 
+def _metrics_token(value: Any) -> bytes | None:
+    """The digest of the token a Prometheus scraper sends for /metrics (plain, or ``sha256:<hex>``)."""
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise ConfigError("'metricsToken' must be one token (plain, or 'sha256:<64 hex digits>'), not a list")
+    return _token_digest(value, "'metricsToken'")
+
+
 def catalog_url(value: str, base: Path | None) -> str:
     """A database URL for the ``catalog`` key: a URL as is; a file path as SQLite, relative to ``base``."""
     if "://" in value:
@@ -457,6 +468,7 @@ def _service_settings(d: Mapping[str, Any], base: Path | None) -> dict[str, Any]
     return {
         "catalog_url": _catalog(d, base),
         "admin_token_hashes": _admin_tokens(d),
+        "metrics_token_hash": _metrics_token(d.get("metricsToken")),
         "admin_host": str(d["adminHost"]) if d.get("adminHost") else None,
         "admin_port": _int(admin_port, "adminPort", minimum=0) if admin_port is not None else None,
         "activation_link_ttl_seconds": _int(

@@ -59,7 +59,12 @@ class ConfigFileSource:
 
 
 #: Config keys whose field names do not spell them (the rest are the fields' names in camelCase).
-_KEY_OF = {"catalog_url": "catalog", "admin_token_hashes": "adminTokens", "audit_log": "auditLog"}
+_KEY_OF = {
+    "catalog_url": "catalog",
+    "admin_token_hashes": "adminTokens",
+    "metrics_token_hash": "metricsToken",
+    "audit_log": "auditLog",
+}
 
 
 def restart_needed(old: ServerConfig, new: ServerConfig) -> list[str]:

@@ -27,11 +27,14 @@ writes its values there and ``/metrics`` aggregates all workers (prometheus_clie
 mode): counters and histograms add up, gauges add up over live workers (a worker marks itself
 dead when its app shuts down). A worker publishes its snapshot cache's figures after each request
 that changed them, and the scraped worker just before answering.
+
+``/metrics`` is private (the series name recipients and shares): it is served on the admin
+listener when the server has one, else on the recipients' port only to a scraper that sends a
+metrics token or an admin token (:func:`serve_metrics`); a recipient's token never reads it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import os
@@ -46,6 +49,7 @@ from starlette.responses import Response
 
 from deltaport.delta import SnapshotCache
 from deltaport.errors import Unauthenticated
+from deltaport.server.config import ServerConfig, hash_token
 from deltaport.server.request_info import RequestInfo
 
 log = logging.getLogger("deltaport.server")
@@ -211,17 +215,62 @@ class ServerMetrics:
             multiprocess.mark_process_dead(os.getpid(), self.multiprocess_dir)
 
 
-def add_metrics_route(app: FastAPI, metrics: ServerMetrics, token: str | None) -> None:
-    """``GET /metrics``; with ``token``, only for ``Authorization: Bearer <token>`` (compared in
-    constant time). Left out of the API document: it is for the operator's scraper."""
-    expected = hashlib.sha256(f"Bearer {token}".encode()).digest() if token is not None else None
+def scrape_digests(config: ServerConfig, token: str | None = None) -> tuple[bytes, ...]:
+    """The SHA-256 digests of the tokens that read ``/metrics``: the config's ``metricsToken``,
+    ``token`` (``deltaport serve --metrics-token``) and the admin tokens. Recipients' tokens are
+    never among them."""
+    digests = [d for d in (config.metrics_token_hash, hash_token(token) if token else None) if d is not None]
+    return (*digests, *config.admin_token_hashes)
+
+
+def serve_metrics(app: FastAPI, metrics: ServerMetrics, digests: tuple[bytes, ...]) -> str | None:
+    """Add ``GET /metrics`` where it is private, and say where: on the admin listener when there is
+    one (``app.state.admin_app``), else on ``app`` (the recipients' port) only when ``digests``
+    names a token to ask of the scraper; else nowhere (None), and the log says how to turn it on."""
+    admin_app = getattr(app.state, "admin_app", None)
+    if admin_app is not None:
+        add_metrics_route(admin_app, metrics, digests)
+        return "the admin listener" + (", with a metrics or admin token" if digests else "")
+    if digests:
+        add_metrics_route(app, metrics, digests)
+        return "the recipients' port, with a metrics or admin token"
+    log.info("/metrics is not served: %s", ENABLE_METRICS)
+    return None
+
+
+#: How an operator turns /metrics on when it is not served.
+ENABLE_METRICS = (
+    "give the server a metrics token ('metricsToken' in the config, 'deltaport serve --metrics-token' or "
+    "DELTAPORT_METRICS_TOKEN), an admin token ('adminTokens', DELTAPORT_ADMIN_TOKEN) or an admin "
+    "listener ('adminPort')"
+)
+
+
+def add_metrics_route(app: FastAPI, metrics: ServerMetrics, digests: tuple[bytes, ...]) -> None:
+    """``GET /metrics``; with ``digests``, only for ``Authorization: Bearer <token>`` of a token with
+    one of those SHA-256 digests (each compared in constant time). Left out of the API document: it
+    is for the operator's scraper."""
 
     def scrape(request: Request, authorization: Optional[str] = Header(None)) -> Response:
-        if expected is not None:
-            given = hashlib.sha256((authorization or "").encode()).digest()
-            if not hmac.compare_digest(given, expected):
-                raise Unauthenticated("/metrics needs the header 'Authorization: Bearer <metrics token>'")
+        if digests:
+            _check_scraper(authorization, digests)
         body, content_type = metrics.render(request.headers.get("accept"))
         return Response(body, media_type=content_type)
 
     app.add_api_route("/metrics", scrape, methods=["GET"], include_in_schema=False)
+
+
+def _check_scraper(authorization: str | None, digests: tuple[bytes, ...]) -> None:
+    if not authorization or not authorization[:7].lower() == "bearer ":
+        raise Unauthenticated(
+            "/metrics needs the header 'Authorization: Bearer <token>' with the server's metrics token "
+            "or an admin token"
+        )
+    given = hash_token(authorization[7:].strip())
+    found = False
+    for digest in digests:  # every digest compared, so timing tells nothing
+        found |= hmac.compare_digest(given, digest)
+    if not found:
+        raise Unauthenticated(
+            "this token does not read /metrics: send the server's metrics token ('metricsToken') or an admin token"
+        )

@@ -25,7 +25,7 @@ from fastapi import FastAPI
 from deltaport.delta import SnapshotCache
 from deltaport.server.access import IpAllowList, client_ip
 from deltaport.server.audit import AuditLog
-from deltaport.server.metrics import ServerMetrics, add_metrics_route
+from deltaport.server.metrics import ServerMetrics, serve_metrics
 from deltaport.server.request_info import RequestInfo, current_info
 
 _SANE_ID = re.compile(rb"[A-Za-z0-9._-]{1,64}")
@@ -161,19 +161,22 @@ def observe(
     prefix: str,
     *,
     metrics: bool,
-    metrics_token: str | None,
+    metrics_digests: tuple[bytes, ...],
     audit: AuditLog | None,
     trusted_proxies: Sequence[str],
 ) -> None:
-    """Add the request observer to ``app``, feeding the metrics (served at ``/metrics``) and the
-    audit log when asked for. Call it after the hot paths are added, so it sees their requests.
+    """Add the request observer to ``app``, feeding the metrics and the audit log when asked for.
+    ``/metrics`` is served where :func:`~deltaport.server.metrics.serve_metrics` decides (the admin
+    listener, else the recipients' port for ``metrics_digests``' tokens, else nowhere);
+    ``app.state.metrics_at`` says where, for the startup log. Call it after the hot paths are
+    added, so it sees their requests.
     The app's shutdown (``app.state.closing``) marks this worker's live metrics dead and waits
     for the audit log to write what it was given. ``app.state.audit`` is the audit log (None
     without one)."""
     server_metrics = ServerMetrics(cache) if metrics else None
     closing: list[Callable[[], object]] = getattr(app.state, "closing", [])
     if server_metrics is not None:
-        add_metrics_route(app, server_metrics, metrics_token)
+        app.state.metrics_at = serve_metrics(app, server_metrics, metrics_digests)
         closing.append(server_metrics.close)
     if audit is not None:
         closing.append(audit.flush)

@@ -7,9 +7,7 @@ import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any, TypeVar
-
-from fastapi import Request
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from deltaport.catalog.store import CatalogDB
 from deltaport.delta.schema import Schema
@@ -17,6 +15,9 @@ from deltaport.errors import InvalidParameter, PermissionDenied, Unauthenticated
 from deltaport.server.config import hash_token
 from deltaport.server.request_info import current_request
 from deltaport.server.tokens import TokenBinding, TokenCodec
+
+if TYPE_CHECKING:
+    from deltaport.server.admin.links import ActivationLinks
 
 T = TypeVar("T")
 
@@ -34,7 +35,7 @@ class AdminParts:
     ``reload`` runs after every write and returns once the sharing side serves the new catalog
     (so a revoked token or share is refused by the next request). ``describe_table`` reads a
     location's Delta log: its schema and partition columns, or a DeltaportError saying why it is
-    not a readable Delta table. ``link_base`` is the public base URL activation links start with.
+    not a readable Delta table. ``links`` keeps pending activation links (sealed) and shows them.
     ``read_only`` names the YAML file that is the catalog, when it is one: writes are refused."""
 
     catalog: CatalogDB
@@ -42,7 +43,7 @@ class AdminParts:
     codec: TokenCodec
     reload: Callable[[], None]
     describe_table: Callable[[str], tuple[Schema, list[str]]]
-    link_base: Callable[[Request], str]
+    links: ActivationLinks
     read_only: str | None = None
 
     def check_admin(self, authorization: str | None) -> str:

@@ -11,7 +11,6 @@ from fastapi import APIRouter, Request
 from deltaport.catalog.model import ObjectType, RecipientInfo, SharedObject
 from deltaport.catalog.store import ObjectUpdate
 from deltaport.errors import InvalidParameter, ResourceNotFound
-from deltaport.server.admin.activation import activation_url
 from deltaport.server.admin.bodies import (
     CreateRecipient,
     CreateShare,
@@ -134,10 +133,9 @@ def _add_permissions(router: APIRouter, parts: AdminParts, admin: Any) -> None:
         return with_token(recipient_grants_json(page), token)
 
 
-def _shown_with_link(request: Request, parts: AdminParts, recipient: RecipientInfo, activation: str) -> dict:
-    """The recipient with the activation link of its newest token: shown this once."""
-    newest = max(recipient.tokens, key=lambda t: t.created_at)
-    return recipient_json(recipient, new_link=(newest.id, activation_url(parts.link_base(request), activation)))
+def _shown(request: Request, parts: AdminParts, recipient: RecipientInfo) -> dict:
+    """The recipient with the activation links of its tokens that are not used nor expired."""
+    return recipient_json(recipient, links=parts.links.shown(request, recipient))
 
 
 def _add_recipients(router: APIRouter, parts: AdminParts, admin: Any) -> None:
@@ -146,28 +144,29 @@ def _add_recipients(router: APIRouter, parts: AdminParts, admin: Any) -> None:
     @router.post("/recipients", dependencies=[admin])
     def create_recipient(request: Request, body: CreateRecipient) -> dict:
         parts.check_writable(body.name)
-        made, activation = db.create_recipient(
+        made, _ = db.create_recipient(
             body.name,
             comment=body.comment,
             expiration_time=body.expiration_time,
             allowed_ip_addresses=tuple(body.ip_access_list.allowed_ip_addresses) if body.ip_access_list else (),
             properties=body.properties_kvpairs.properties if body.properties_kvpairs else None,
+            seal=parts.links.seal,
         )
         parts.reload()
-        return _shown_with_link(request, parts, made, activation)
+        return _shown(request, parts, made)
 
     @router.get("/recipients", dependencies=[admin])
-    def list_recipients(max_results: Optional[int] = None, page_token: Optional[str] = None) -> dict:
+    def list_recipients(request: Request, max_results: Optional[int] = None, page_token: Optional[str] = None) -> dict:
         recipients = db.list_recipients()
         page, token = parts.page("recipients", recipients, lambda r: r.name.lower(), max_results, page_token)
-        return with_token({"recipients": [recipient_json(r) for r in page]}, token)
+        return with_token({"recipients": [_shown(request, parts, r) for r in page]}, token)
 
     @router.get("/recipients/{name}", dependencies=[admin])
-    def get_recipient(name: str) -> dict:
-        return recipient_json(db.get_recipient(name))
+    def get_recipient(request: Request, name: str) -> dict:
+        return _shown(request, parts, db.get_recipient(name))
 
     @router.patch("/recipients/{name}", dependencies=[admin])
-    def update_recipient(name: str, body: UpdateRecipient) -> dict:
+    def update_recipient(request: Request, name: str, body: UpdateRecipient) -> dict:
         parts.check_writable()
         changed = db.update_recipient(
             name,
@@ -178,7 +177,7 @@ def _add_recipients(router: APIRouter, parts: AdminParts, admin: Any) -> None:
             properties=body.properties_kvpairs.properties if body.properties_kvpairs else None,
         )
         parts.reload()
-        return recipient_json(changed)
+        return _shown(request, parts, changed)
 
     @router.delete("/recipients/{name}", dependencies=[admin])
     def delete_recipient(name: str) -> dict:
@@ -192,6 +191,6 @@ def _add_tokens(router: APIRouter, parts: AdminParts, admin: Any) -> None:
     @router.post("/recipients/{name}/rotate-token", dependencies=[admin])
     def rotate_token(request: Request, name: str, body: RotateToken) -> dict:
         parts.check_writable()
-        rotated, activation = parts.catalog.rotate_token(name, body.existing_token_expire_in_seconds)
+        rotated, _ = parts.catalog.rotate_token(name, body.existing_token_expire_in_seconds, seal=parts.links.seal)
         parts.reload()
-        return _shown_with_link(request, parts, rotated, activation)
+        return _shown(request, parts, rotated)

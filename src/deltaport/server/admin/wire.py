@@ -4,7 +4,7 @@ bodies (snake_case keys, times in epoch ms, absent values left out, as the Datab
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -177,10 +177,12 @@ def _token_json(t: RecipientToken, link: str | None) -> dict[str, Any]:
     )
 
 
-def recipient_json(r: RecipientInfo, *, new_link: tuple[str, str] | None = None) -> dict[str, Any]:
-    """A recipient; ``new_link`` (token id, activation URL) shows the link of a token just made —
-    the only time a link is shown, since the catalog keeps only its digest."""
-    tokens = [_token_json(t, new_link[1] if new_link and new_link[0] == t.id else None) for t in r.tokens]
+def recipient_json(r: RecipientInfo, *, links: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A recipient; ``links`` (token id -> activation URL) are its tokens' links not yet used: each
+    token shows its own, the recipient the newest one's (as Unity Catalog: empty once used)."""
+    links = links or {}
+    tokens = [_token_json(t, links.get(t.id)) for t in r.tokens]
+    newest = max((t for t in r.tokens if t.id in links), key=lambda t: t.created_at, default=None)
     return _present(
         {
             "name": r.name,
@@ -188,7 +190,7 @@ def recipient_json(r: RecipientInfo, *, new_link: tuple[str, str] | None = None)
             "comment": r.comment,
             "authentication_type": r.authentication_type,
             "activated": r.activated,
-            "activation_url": new_link[1] if new_link else None,
+            "activation_url": links[newest.id] if newest is not None else None,
             "expiration_time": r.expiration_time,
             "ip_access_list": {"allowed_ip_addresses": list(r.allowed_ip_addresses)}
             if r.allowed_ip_addresses
