@@ -78,12 +78,14 @@ activation_page  # unused function (src/deltaport/server/admin/activation.py): a
 model_config  # unused variable (src/deltaport/server/admin/bodies.py): read by pydantic
 owner  # unused variable (src/deltaport/server/admin/bodies.py): an SDK field accepted and ignored
 added_by  # unused variable (src/deltaport/server/admin/bodies.py): an SDK field accepted and ignored
-_admin  # unused function (src/deltaport/admin_cli.py:70)
-_.redirect_request  # unused method (src/deltaport/admin_cli_io.py:43)
-add_table  # unused function (src/deltaport/admin_cli_shares.py:170)
-add_schema  # unused function (src/deltaport/admin_cli_shares.py:212)
-remove_object  # unused function (src/deltaport/admin_cli_shares.py:232)
-revoke  # unused function (src/deltaport/admin_cli_shares.py:262)
+_admin  # unused function (src/deltaport/cli/admin.py:70)
+_.redirect_request  # unused method (src/deltaport/cli/admin_io.py:43)
+add_table  # unused function (src/deltaport/cli/admin_shares.py:170)
+add_schema  # unused function (src/deltaport/cli/admin_shares.py:212)
+remove_object  # unused function (src/deltaport/cli/admin_shares.py:232)
+revoke  # unused function (src/deltaport/cli/admin_shares.py:262)
 catalog_import  # unused function (src/deltaport/cli.py:449)
 list_audit_events  # unused function (src/deltaport/server/admin/audit_routes.py:145)
 _._storable_text  # unused method (src/deltaport/server/admin/bodies.py:42)
+swagger  # route handler (src/deltaport/server/docs_pages.py)
+redoc  # route handler (src/deltaport/server/docs_pages.py)

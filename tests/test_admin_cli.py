@@ -12,6 +12,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +21,8 @@ import typer
 from secret_scan import secrets_used
 from typer.testing import CliRunner, Result
 
-from deltaport.admin_cli import admin_app
-from deltaport.admin_cli_shares import partitions_body
+from deltaport.cli.admin import admin_app
+from deltaport.cli.admin_shares import partitions_body
 from deltaport.catalog.model import AuditEvent
 from deltaport.catalog.store import CatalogDB
 from deltaport.server import AuditLog, create_app, parse_config
@@ -341,7 +342,7 @@ def test_a_server_that_is_down_is_named_in_one_line(tmp_path):
     down = run("--host", host, "catalogs", "list", env={"DELTAPORT_ADMIN_TOKEN": ADMIN}, code=1)
     assert f"cannot reach the server at {host}" in down.stderr and "--host" in down.stderr
     process = subprocess.run(  # the real process: stderr as a person sees it
-        [sys.executable, "-m", "deltaport.admin_cli", "--host", host, "--token", ADMIN, "audit"],
+        [str(Path(sys.executable).parent / "deltaport"), "admin", "--host", host, "--token", ADMIN, "audit"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import typer
 
-from deltaport.admin_cli_io import (
+from deltaport.cli.admin_io import (
     JSON_OPTION,
     client,
     done,

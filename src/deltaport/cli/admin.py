@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import typer
 
-from deltaport.admin_cli_io import (
+from deltaport.cli.admin_io import (
     DEFAULT_HOST,
     HOST_ENV,
     JSON_OPTION,
@@ -45,7 +45,7 @@ from deltaport.admin_cli_io import (
     wants_json,
     when,
 )
-from deltaport.admin_cli_shares import recipients_app, shares_app
+from deltaport.cli.admin_shares import recipients_app, shares_app
 
 admin_app = typer.Typer(
     name="admin",

@@ -1,0 +1,217 @@
+"""`deltaport serve`: the sharing server as operators run it (listeners, TLS, start-up checks)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import typer
+
+from deltaport.cli.common import fail
+
+
+def serve(
+    config: str = typer.Option(
+        ...,
+        "--config",
+        "-c",
+        help="Server config YAML: the reference server's format (with 'shares'), plus optional recipients; "
+        "or, without 'shares', a catalog database (catalog.db beside the config, or 'catalog: URL') "
+        "administered through the admin API.",
+    ),
+    host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default: the config's host)."),
+    port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (default: the config's port)."),
+    allow_anonymous: bool = typer.Option(
+        False,
+        "--allow-anonymous",
+        help="Serve a config without recipients or authorization (every share to anyone, no token) on an "
+        "address other than loopback; without this flag such a server listens only on loopback.",
+    ),
+    keying_processes: Optional[int] = typer.Option(
+        None,
+        "--keying-processes",
+        min=0,
+        max=16,
+        help="Worker processes that hash file ids and sign URLs for large /query responses beside the "
+        "server process (default: 1 when the machine has 2 or more CPUs, else 0; 0 keeps that work "
+        "in the server process).",
+    ),
+    metrics_token: Optional[str] = typer.Option(
+        None,
+        "--metrics-token",
+        envvar="DELTAPORT_METRICS_TOKEN",
+        show_envvar=True,
+        help="A token that reads /metrics on the recipients' port (besides the config's 'metricsToken' and "
+        "the admin tokens). Prefer the environment variable: a command line is visible to every user.",
+    ),
+) -> None:
+    """Serve the shares of a config file, or of its catalog database, over the Delta Sharing protocol."""
+    from deltaport.errors import DeltaportError
+    from deltaport.server import create_app, load_config
+    from deltaport.server.memory import use_server_pool
+
+    try:
+        cfg = load_config(config)
+    except DeltaportError as exc:
+        fail(exc)
+    host = host or cfg.host
+    _log_to_stderr()
+    _check_open(cfg, host, allow_anonymous)
+    use_server_pool()
+    if keying_processes is None:
+        keying_processes = 1 if (os.cpu_count() or 1) >= 2 else 0
+    listen_port = port if port is not None else cfg.port
+    try:
+        application = create_app(
+            cfg, keying_processes=keying_processes, metrics_token=metrics_token, listener=(host, listen_port)
+        )
+    except DeltaportError as exc:  # the catalog database cannot be opened, say
+        fail(exc)
+    _run(application, host, listen_port, cfg)
+
+
+def _warm_up() -> None:
+    """Pay first-call costs at start-up, not on the first recipient's request (pyarrow imports
+    pandas lazily on its first conversion; compute kernels and the JSON reader initialise once)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        pass
+    table = pj.readto_json(io.BytesIO(b'{"a":"x=1"}\n'))
+    pc.binary_join_element_wise(pc.replace_substring(table.column("a"), "=", "%3D"), "", "")
+    pa.array([1]).to_pylist()
+
+
+def _run(application, host: str, port: int, cfg) -> None:
+
+    import uvicorn
+
+    _log_to_stderr()
+    ssl: dict[str, Any] = {}
+    if cfg.ssl is not None and cfg.ssl.self_signed:
+        import tempfile
+        from pathlib import Path
+
+        from deltaport.server.tls import self_signed_certificate
+
+        cert, key = self_signed_certificate(Path(tempfile.mkdtemp(prefix="deltaport-tls-")), host)
+        ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    elif cfg.ssl is not None:
+        ssl = {"ssl_certfile": cfg.ssl.certificate_file, "ssl_keyfile": cfg.ssl.certificate_key_file}
+        if cfg.ssl.certificate_password_file:
+            from pathlib import Path
+
+            ssl["ssl_keyfile_password"] = Path(cfg.ssl.certificate_password_file).read_text().strip()
+    _warm_up()
+    scheme = f"http{'s' if ssl else ''}"
+    shares = len(application.state.service.config.shares)
+    typer.echo(f"serving {shares} share(s) on {scheme}://{host}:{port}{cfg.endpoint}")
+    admin_app = getattr(application.state, "admin_app", None)
+    _say_metrics(application)
+    if cfg.catalog_url is not None:
+        _say_catalog(cfg, shares, f"{scheme}://{cfg.admin_host or host}:{cfg.admin_port or port}")
+    # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
+    # proxy_headers off: X-Forwarded-For is trusted only from the configured proxies (server/access.py)
+    settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl}
+    listeners = [(application, _listen(host, port, "--port (or 'port' in the config)"))]
+    if admin_app is not None:
+        admin_host = cfg.admin_host or "127.0.0.1"
+        listeners.append((admin_app, _listen(admin_host, cfg.admin_port, "'adminPort' in the config")))
+    import asyncio
+
+    async def serve_all() -> None:
+        await asyncio.gather(
+            *(
+                uvicorn.Server(uvicorn.Config(app_, host=sock_host, port=sock_port, **settings)).serve(sockets=[sock])
+                for app_, sock in listeners
+                for sock_host, sock_port in [sock.getsockname()[:2]]
+            )
+        )
+
+    asyncio.run(serve_all())
+
+
+def _log_to_stderr() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+def _listen(host: str, port: int, setting: str):
+    """A socket bound to ``host``:``port``, or a one-line error naming ``setting`` (a port in use, an
+    address this machine does not have)."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            fail(ValueError(f"port {port} on {host} is already in use: stop what listens there, or set {setting}"))
+        fail(ValueError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): set {setting} or --host"))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _check_open(cfg, host: str, allow_anonymous: bool) -> None:
+    """A server with neither ``authorization`` nor recipients serves every share to anyone: refused on
+    an address other machines reach unless ``--allow-anonymous`` says it is meant; warned of always."""
+    import ipaddress
+    import logging
+
+    if cfg.auth_enabled:
+        return
+    fix = "add 'recipients' (each with its tokens and shares) or 'authorization: {bearerToken: ...}' to the config"
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_anonymous:
+        fail(
+            ValueError(
+                f"the config has no recipients and no authorization, so every share would be served to anyone "
+                f"who reaches {host}: {fix}, or pass --allow-anonymous if that is meant"
+            )
+        )
+    logging.getLogger("deltaport.server").warning(
+        "the config has no recipients and no authorization: every share is served to anyone, without a token; "
+        "to require tokens, %s",
+        fix,
+    )
+
+
+def _say_metrics(application) -> None:
+    """Where /metrics is served, or how to serve it."""
+    from deltaport.server.metrics import ENABLE_METRICS
+
+    if not hasattr(application.state, "metrics_at"):
+        return
+    where = application.state.metrics_at
+    typer.echo(f"metrics: /metrics on {where}" if where else f"metrics: /metrics is not served; {ENABLE_METRICS}")
+
+
+def _say_catalog(cfg, shares: int, admin_url: str) -> None:
+    """Where the catalog is and how to administer it; for an empty one, how to make the first share."""
+    from deltaport.catalog.db import display_url
+
+    typer.echo(f"catalog database: {display_url(cfg.catalog_url)}; admin API: {admin_url}/api/2.1/unity-catalog")
+    if not cfg.admin_token_hashes:
+        typer.echo("no admin token: set DELTAPORT_ADMIN_TOKEN or 'adminTokens' in the config to use the admin API")
+    if shares == 0:
+        typer.echo(
+            "the catalog is empty. Create the first share with the Databricks SDK "
+            f"(WorkspaceClient(host='{admin_url}', token=ADMIN_TOKEN)): catalogs.create, schemas.create, "
+            "tables.create(..., storage_location=PATH), shares.create, shares.update(ADD the table), "
+            "recipients.create (its activation_url gives the recipient a profile), shares.update_permissions; "
+            f"or with 'deltaport admin --host {admin_url} ...' (see deltaport admin --help)."
+        )
