@@ -12,8 +12,8 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,10 +21,10 @@ import typer
 from secret_scan import secrets_used
 from typer.testing import CliRunner, Result
 
-from deltaport.cli.admin import admin_app
-from deltaport.cli.admin_shares import partitions_body
 from deltaport.catalog.model import AuditEvent
 from deltaport.catalog.store import CatalogDB
+from deltaport.cli.admin import admin_app
+from deltaport.cli.admin_shares import partitions_body
 from deltaport.server import AuditLog, create_app, parse_config
 from deltaport.server.admin.activation import ACTIVATION_API
 from server.admin.test_admin_sdk import ADMIN, ENDPOINT, TABLES
