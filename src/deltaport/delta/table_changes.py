@@ -26,6 +26,7 @@ from deltaport.errors import (
     ChangeDataNotRecorded,
     ChangesPositionGone,
     InvalidVersionRange,
+    ObjectNotFound,
     TableFilesMissing,
     VersionNotFound,
 )
@@ -181,6 +182,8 @@ class TableChanges:
         end = _checked_end(start, end, latest, clamp=change_data, table=table.uri)
         first = start if resume is None else resume
         _check_present(listing, first, end, resumed=resume is not None, table=table.uri)
+        if resume is not None:
+            _check_still_there(table, listing, resume)
         start_config = _start_config(table, listing, start, resumed=resume is not None)
         changes = cls(table, listing, table.history(listing), start, end, latest, start_config, change_data)
         if change_data:
@@ -273,6 +276,15 @@ def _check_present(listing: LogListing, first: int, end: int, *, resumed: bool, 
     raise TableFilesMissing(
         f"changes for versions {first}..{end} cannot be read: commit {missing} is no longer in the log", table=table
     )
+
+
+def _check_still_there(table: DeltaTable, listing: LogListing, version: int) -> None:
+    """Refuse to resume at a commit log cleanup removed since the log was listed (a parsed copy in
+    the cache would otherwise hide it for a while)."""
+    try:
+        table.store.head(listing.commits[version].path)
+    except ObjectNotFound:
+        raise _position_gone(version, table.uri) from None
 
 
 def _start_config(table: DeltaTable, listing: LogListing, start: int, *, resumed: bool) -> TableConfig:
