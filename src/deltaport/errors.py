@@ -200,6 +200,20 @@ class TableFilesMissing(VersionNotFound):
         )
 
 
+class InvalidVersionRange(DeltaError):
+    """A change range whose versions do not fit the table: a start after its latest version, an
+    end before the start or (for a streaming read) after the latest version. The texts are the
+    reference server's."""
+
+    error_code = "INVALID_PARAMETER_VALUE"
+
+
+class ChangesPositionGone(DeltaError):
+    """A change feed resumed at a commit (a page token's position) that log cleanup has removed."""
+
+    error_code = "INVALID_PARAMETER_VALUE"
+
+
 class TimestampOutOfRange(DeltaError):
     """A timestamp before the first or after the last commit of a table."""
 

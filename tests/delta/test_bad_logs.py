@@ -17,6 +17,7 @@ from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.errors import (
     CorruptLog,
     DeltaportError,
+    InvalidVersionRange,
     NotADeltaTable,
     TableFilesMissing,
     TimestampOutOfRange,
@@ -243,9 +244,11 @@ def test_changes_range_errors(tmp_path):
     _commit(tmp_path, 0, PROTOCOL, METADATA, _add("a.parquet"))
     _commit(tmp_path, 1, _add("b.parquet"))
     table = _table(tmp_path)
-    with pytest.raises(VersionNotFound, match="after the latest version of the table"):
+    with pytest.raises(InvalidVersionRange, match=r"cannot be greater than the latest version of the table\(1\)"):
         table.changes(3)
-    with pytest.raises(VersionNotFound, match="end is before start"):
+    with pytest.raises(InvalidVersionRange, match="End version cannot be greater"):
+        table.changes(0, 2)
+    with pytest.raises(InvalidVersionRange, match="End cannot be before start"):
         table.changes(1, 0)
     assert [c.version for c in table.changes(0)] == [0, 1]
 

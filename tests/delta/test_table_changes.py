@@ -15,8 +15,9 @@ import pytest
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.delta.actions import CommitInfo
-from deltaport.delta.table_changes import check_change_data_recorded
-from deltaport.errors import ChangeDataNotRecorded
+from deltaport.delta.table_changes import CommitCache, TableChanges
+from deltaport.errors import ChangeDataNotRecorded, ChangesPositionGone, TableFilesMissing
+from deltaport.storage import store_for
 
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "delta-tables"
 
@@ -91,9 +92,93 @@ def test_change_data_must_be_recorded_over_the_whole_range(tmp_path):
     deltalake.write_deltalake(path, pa.table({"x": [3]}), mode="append")  # version 2
     table = DeltaTable(path, cache=SnapshotCache())
     with pytest.raises(ChangeDataNotRecorded, match=r"range \[0, 2\].*version \[0\]"):
-        check_change_data_recorded(table.config_at(0), 0, table.changes(1, 2))
-    check_change_data_recorded(table.config_at(1), 1, table.changes(2, 2))  # recorded from version 1 on
-    check_change_data_recorded(table.config_at(2), 2, [])  # a range of one version, no later commit
+        TableChanges.try_new(table, 0, 2, change_data=True)
+    assert [c.version for c in TableChanges.try_new(table, 1, 2, change_data=True).commits()] == [1, 2]
+    assert [c.version for c in TableChanges.try_new(table, 2, change_data=True).commits()] == [2]
+
+
+def _cdf_off_and_on(path: str) -> DeltaTable:
+    """Versions 0-1 record change data, 2 turns it off, 3 writes, 4 turns it on again."""
+    on = {"delta.enableChangeDataFeed": "true"}
+    deltalake.write_deltalake(path, pa.table({"x": [1]}), configuration=on)
+    deltalake.write_deltalake(path, pa.table({"x": [2]}), mode="append")
+    deltalake.DeltaTable(path).alter.set_table_properties({"delta.enableChangeDataFeed": "false"})
+    deltalake.write_deltalake(path, pa.table({"x": [3]}), mode="append")
+    deltalake.DeltaTable(path).alter.set_table_properties(on)
+    return DeltaTable(path, cache=SnapshotCache(), commit_cache=CommitCache())
+
+
+def test_a_commit_without_change_data_inside_the_range_fails_before_it_is_returned(tmp_path):
+    table = _cdf_off_and_on(str(tmp_path / "t"))
+    changes = TableChanges.try_new(table, 0, 4, change_data=True)  # recorded at both ends
+    read = []
+    with pytest.raises(ChangeDataNotRecorded, match=r"range \[0, 4\].*version \[2\]"):
+        for change in changes.commits():
+            read.append(change.version)
+    assert read == [0, 1]
+    # an end without change data names the first version without it, before anything is read
+    with pytest.raises(ChangeDataNotRecorded, match=r"range \[1, 3\].*version \[2\]"):
+        TableChanges.try_new(table, 1, 3, change_data=True)
+
+
+class _CountingStore:
+    """A store that counts reads of each file (the engine's only way to its bytes)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.root_uri = inner.root_uri
+        self.reads: dict[str, int] = {}
+
+    def read(self, path):
+        self.reads[path] = self.reads.get(path, 0) + 1
+        return self._inner.read(path)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _appends(path: Path, commits: int) -> None:
+    deltalake.write_deltalake(str(path), pa.table({"x": [0]}), configuration={"delta.enableChangeDataFeed": "true"})
+    for i in range(1, commits):
+        deltalake.write_deltalake(str(path), pa.table({"x": [i]}), mode="append")
+
+
+def test_commits_are_read_from_the_position_asked_and_shared_through_the_cache(tmp_path):
+    _appends(tmp_path / "t", 6)
+    store = _CountingStore(store_for(str(tmp_path / "t")))
+    cache = CommitCache()
+    table = DeltaTable(str(tmp_path / "t"), store=store, cache=SnapshotCache(), commit_cache=cache)
+    changes = TableChanges.try_new(table, 0, change_data=True)
+    assert [c.version for c in changes.commits()] == [0, 1, 2, 3, 4, 5]
+    assert [c.version for c in changes.commits(4)] == [4, 5]
+    assert max(store.reads.values()) <= 2  # the configs at both ends, and the feed (once, the second from the cache)
+    table.commit_cache = CommitCache()
+    store.reads.clear()
+    assert [c.version for c in changes.commits(4)] == [4, 5]
+    assert sorted(store.reads) == [f"_delta_log/{v:020d}.json" for v in (4, 5)]  # from the position only
+    store.reads.clear()
+    other = DeltaTable(str(tmp_path / "t"), store=store, cache=SnapshotCache(), commit_cache=cache)
+    parsed = len(cache)
+    again = [c.version for c in TableChanges.try_new(other, 4, change_data=True).commits()]
+    assert again == [4, 5] and len(cache) == parsed  # parsed once, for both tables
+    assert max(store.reads.values()) == 1  # read only for the new table's configs
+
+
+def test_resuming_at_a_commit_removed_by_log_cleanup_names_the_fix(tmp_path):
+    _appends(tmp_path / "t", 5)
+    table = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache(), commit_cache=CommitCache())
+    TableChanges.try_new(table, 0, change_data=True)  # the table is listed and its configs known
+    for v in (0, 1, 2):
+        (tmp_path / "t" / "_delta_log" / f"{v:020d}.json").unlink()
+    with pytest.raises(ChangesPositionGone, match=r"from version 2.*Restart the feed from a later version") as err:
+        TableChanges.try_new(table, 0, 4, change_data=True, resume=2)  # the log as listed still names it
+    assert (err.value.http_status, err.value.error_code) == (400, "INVALID_PARAMETER_VALUE")
+    fresh = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache(), commit_cache=CommitCache())
+    with pytest.raises(ChangesPositionGone, match="Restart the feed from a later version"):
+        TableChanges.try_new(fresh, 0, 4, change_data=True, resume=2)
+    # from the first page on, a range over a removed commit is table files missing, as before
+    with pytest.raises(TableFilesMissing):
+        TableChanges.try_new(fresh, 0, 4, change_data=True)
 
 
 @pytest.mark.parametrize(

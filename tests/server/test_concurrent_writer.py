@@ -652,15 +652,15 @@ def test_a_commit_landing_mid_request_does_not_move_a_paged_change_range(tmp_pat
     app = create_app(parse_config({"version": 1, "shares": [share]}))
     service = app.state.service
     delta = service.registry.table(service.principal(None), "s", "d", "t").delta(service.cache)
-    latest_version = delta.latest_version
+    refresh_listing = delta.refresh_listing
 
-    def then_a_commit_lands() -> int:
-        latest = latest_version()
-        if latest == 1:
+    def then_a_commit_lands(**how):  # the change range takes its latest version from this listing
+        listing = refresh_listing(**how)
+        if listing.latest_commit == 1 and latest_on_disk(table) == 1:
             write_deltalake(table, _rows(2), mode="append")  # version 2, 4 more files
-        return latest
+        return listing
 
-    delta.latest_version = then_a_commit_lands
+    delta.refresh_listing = then_a_commit_lands
     server = RunningServer(app)
     try:
         got: Counter = Counter()

@@ -24,7 +24,7 @@ from deltaport.delta.log_path import LogFile
 from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log, list_log_from_hint
 from deltaport.delta.replay import replay, with_keys
 from deltaport.delta.snapshot import Snapshot
-from deltaport.delta.table_changes import CommitChanges
+from deltaport.delta.table_changes import CommitCache, CommitChanges, TableChanges, default_commit_cache
 from deltaport.delta.table_config import TableConfig
 from deltaport.errors import (
     CorruptLog,
@@ -62,17 +62,20 @@ class DeltaTable:
         store: ObjectStore | None = None,
         storage_options: Mapping[str, Any] | None = None,
         cache: SnapshotCache | None = None,
+        commit_cache: CommitCache | None = None,
     ) -> None:
         self.location = str(location)
         self.store = store if store is not None else store_for(self.location, storage_options)
         self.uri = self.store.root_uri
         self.cache = cache if cache is not None else default_cache()
+        self.commit_cache = commit_cache if commit_cache is not None else default_commit_cache()
         self._lock = threading.RLock()
         self._storage_failures = 0  # storage failures of lock holders so far (see _turn)
         self._last_storage_failure: StorageUnavailable | None = None
         self._listing: LogListing | None = None
         self._ict: dict[int, int | None] = {}
         self._configs: dict[int, TableConfig] = {}
+        self._unchecked_configs: dict[int, TableConfig] = {}  # for history: read, not checked
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
@@ -166,6 +169,10 @@ class DeltaTable:
             )
         return earliest
 
+    def read_commit(self, lf: LogFile) -> bytes:
+        """The bytes of commit file ``lf``; TableFilesMissing when it is gone from storage."""
+        return self._read_commit(lf)
+
     def _read_commit(self, lf: LogFile) -> bytes:
         try:
             return self.store.read(lf.path)
@@ -174,22 +181,32 @@ class DeltaTable:
 
     # --- configuration (protocol + metadata) ------------------------------------------------
 
-    def config_at(self, version: int, *, check: bool = True) -> TableConfig:
-        """Protocol and metadata in effect at ``version``, without reading file actions."""
+    def config_at(self, version: int, *, check: bool = True, listing: LogListing | None = None) -> TableConfig:
+        """Protocol and metadata in effect at ``version``, without reading file actions (from
+        ``listing`` when given, else from the log listed anew)."""
         cached = self._configs.get(version)
         if cached is not None:
             return cached
-        return self._config_in(self.refresh_listing(covering=version), version, check=check)
+        return self._config_in(listing or self.refresh_listing(covering=version), version, check=check)
+
+    def note_config(self, version: int, config: TableConfig) -> None:
+        """Remember the config in effect at ``version``, worked out by a reader of the log
+        (a change feed), so that resuming after it needs no reading back."""
+        self._configs.setdefault(version, config)
 
     def _config_in(self, listing: LogListing, version: int, *, check: bool = True) -> TableConfig:
         cached = self._configs.get(version)
         if cached is not None:
             return cached
-        segment = build_segment(listing, version, table=self.uri)
-        protocol, metadata = self._newest_protocol_metadata(segment, {})
+        unchecked = self._unchecked_configs.get(version)
+        if unchecked is not None and not check:
+            return unchecked
+        if unchecked is not None:
+            protocol, metadata = unchecked.protocol, unchecked.metadata
+        else:
+            protocol, metadata = self._newest_protocol_metadata(build_segment(listing, version, table=self.uri), {})
         cfg = TableConfig.build(protocol, metadata, table=self.uri, check=check)
-        if check:
-            self._configs[version] = cfg
+        (self._configs if check else self._unchecked_configs)[version] = cfg
         return cfg
 
     def _newest_protocol_metadata(self, segment: LogSegment, commit_bytes: dict[int, bytes]):
@@ -333,56 +350,7 @@ class DeltaTable:
 
     def changes(self, start: int, end: int | None = None) -> list[CommitChanges]:
         """Every commit in [start, end] (end defaults to latest), with its file actions."""
-        listing = self.refresh_listing(covering=0)
-        latest = listing.latest_commit if listing.latest_commit is not None else max(listing.checkpoints)
-        if end is None:
-            end = latest
-        if start < 0:
-            raise VersionNotFound(f"starting version {start} is invalid: versions start at 0", table=self.uri)
-        if start > latest:
-            raise VersionNotFound(
-                f"starting version {start} is after the latest version of the table ({latest})", table=self.uri
-            )
-        if end < start:
-            raise VersionNotFound(f"version range [{start}, {end}] is invalid: end is before start", table=self.uri)
-        if end > latest:
-            raise VersionNotFound(
-                f"ending version {end} is after the latest version of the table ({latest})", table=self.uri
-            )
-        missing = [v for v in range(start, end + 1) if v not in listing.commits]
-        if missing:
-            raise TableFilesMissing(
-                f"changes for versions {start}..{end} cannot be read: commit {missing[0]} is no longer in the log",
-                table=self.uri,
-            )
-        history = self.history(listing)
-        config = self._config_in(listing, start - 1) if start > 0 else None
-        out: list[CommitChanges] = []
-        for v in range(start, end + 1):
-            lf = listing.commits[v]
-            data = self._read_commit(lf)
-            p, m = peek_protocol_metadata(data, where=lf.path, table=self.uri)
-            if p is not None or m is not None or config is None:
-                config = TableConfig.build(
-                    p or (config.protocol if config else None),
-                    m or (config.metadata if config else None),
-                    table=self.uri,
-                )
-            af = parse_actions(data, config.physical_partition_columns, where=lf.path, table=self.uri)
-            out.append(
-                CommitChanges(
-                    v,
-                    history.timestamp_of(v),
-                    af.adds,
-                    af.removes,
-                    af.cdcs,
-                    af.protocol,
-                    af.metadata,
-                    af.commit_info,
-                    config,
-                )
-            )
-        return out
+        return list(TableChanges.try_new(self, start, end).commits())
 
 
 def empty_live(pv: list[str]) -> pa.Table:

@@ -10,7 +10,7 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -20,7 +20,7 @@ from deltaport.delta import CommitChanges, DeltaTable, Snapshot, SnapshotCache, 
 from deltaport.delta.history import to_epoch_ms
 from deltaport.delta.replay import ABSOLUTE_PATH
 from deltaport.delta.scan import scan
-from deltaport.delta.table_changes import check_change_data_recorded
+from deltaport.delta.table_changes import TableChanges
 from deltaport.errors import DeltaportError, InvalidParameter, TimestampOutOfRange, UnsupportedOperation, public_message
 from deltaport.expressions import And
 from deltaport.protocol import lines
@@ -448,30 +448,7 @@ class SharingService:
 
     # --- streaming query and change data feed -------------------------------------------------
 
-    def _change_plan(self, shared: SharedTable, start: int, end: int | None, *, cdf: bool) -> tuple[list, int]:
-        table = self._delta(shared)
-        latest = table.latest_version()
-        if start > latest:
-            raise InvalidParameter(
-                f"Provided Start version({start}) for reading change data is invalid. Start "
-                f"version cannot be greater than the latest version of the table({latest})."
-            )
-        if end is not None and end > latest:
-            if cdf:
-                end = latest  # clamped for /changes, an error for /query
-            else:
-                raise InvalidParameter(
-                    f"Provided end version({end}) is invalid. End version cannot be greater "
-                    f"than the latest version of the table({latest})."
-                )
-        if end is not None and end < start:
-            raise InvalidParameter(
-                f"CDF range from start {start} to end {end} was invalid. End cannot be before start."
-            )
-        # up to the latest read above, which page tokens pin: not to a commit that landed since
-        return table.changes(start, latest if end is None else end), latest
-
-    def _paged_change_plan(
+    def _change_range(
         self,
         who: Principal,
         shared: SharedTable,
@@ -481,41 +458,41 @@ class SharingService:
         checksum: str,
         *,
         cdf: bool,
-    ) -> tuple[list[CommitChanges], int, tuple[int, int]]:
-        """The changes of a streaming query or /changes, where a page token resumes in them, and
-        the (end, latest) versions its next page token must pin: a later page reads the range the
-        first page read, whatever commits landed since."""
-        begin, pinned = 0, None
+    ) -> tuple[TableChanges, _Position | None, tuple[int, int]]:
+        """The change range of a streaming query or /changes, the position a page token resumes at
+        (None on a first page), and the (end, latest) versions its next page token must pin: a later
+        page reads the range the first page read, whatever commits landed since."""
+        position, pinned = None, None
         if page_token:
             data = self.codec.decode("page", page_token, _binding(who, shared), params=checksum)
-            begin, pinned = int(data["i"]), (int(data["e"]), int(data["l"]))
-        changes, latest = self._change_plan(shared, start, pinned[0] if pinned else end, cdf=cdf)
-        if pinned is None:
-            pinned = (latest if end is None else min(end, latest), latest)
-        return changes, begin, pinned
+            position, pinned = _token_position(data, start)
+        resume = None if position is None else position[0]
+        changes = TableChanges.try_new(
+            self._delta(shared), start, pinned[0] if pinned else end, change_data=cdf, resume=resume
+        )
+        if position is not None and position[0] > changes.end:
+            raise InvalidParameter(_OUT_OF_RANGE)
+        return changes, position, pinned or (changes.end, changes.latest)
 
     def _streaming_query(self, who: Principal, shared: SharedTable, req: QueryRequest, answer: _Answer) -> Reply:
         start = req.starting_version
         assert start is not None  # a streaming query is one with a startingVersion
         self._check_start_version(shared, start)
         checksum = params_checksum(req.checksum_params())
-        changes, begin, pinned = self._paged_change_plan(
+        changes, position, pinned = self._change_range(
             who, shared, start, req.ending_version, req.page_token, checksum, cdf=False
         )
-        start_config = self._delta(shared).config_at(start)
-        fmt = choose_format(answer.caps, start_config)
+        fmt = choose_format(answer.caps, changes.start_config)
         protocols = req.include_historical_protocol and fmt == DELTA
         plan = _ChangePlan(
             start=start,
-            head_config=start_config,
+            head_config=changes.start_config,
             head_version=start,
             protocol_version=start if protocols else None,
             fmt=fmt,
-            entries=_in_slice(
-                _change_entries(changes, start, CommitChanges.data_changes, protocols=protocols, metadata=True),
-                shared.slice(who),
-            ),
-            begin=begin,
+            changes=changes,
+            entries_of=_entries_of(start, CommitChanges.data_changes, protocols, True, shared.slice(who)),
+            position=position,
             pinned=pinned,
             checksum=checksum,
         )
@@ -540,26 +517,20 @@ class SharingService:
         start, end = self._change_versions(shared, req)
         self._check_start_version(shared, start, "changes")
         checksum = params_checksum(req.checksum_params(start))
-        changes, begin, pinned = self._paged_change_plan(who, shared, start, end, req.page_token, checksum, cdf=True)
-        delta_table = self._delta(shared)
-        start_config = delta_table.config_at(start)
-        check_change_data_recorded(start_config, start, changes)
+        changes, position, pinned = self._change_range(who, shared, start, end, req.page_token, checksum, cdf=True)
         historical = req.include_historical_metadata
-        head_config = start_config if historical else delta_table.config_at(pinned[1])
+        head_config = changes.start_config if historical else self._delta(shared).config_at(pinned[1])
         fmt = choose_format(answer.caps, head_config)
         protocols = req.include_historical_protocol and fmt == DELTA
-        entries = _in_slice(
-            _change_entries(changes, start, CommitChanges.change_feed, protocols=protocols, metadata=historical),
-            shared.slice(who),
-        )
         plan = _ChangePlan(
             start=start,
             head_config=head_config,
             head_version=start if historical else pinned[1],
             protocol_version=start if protocols else None,
             fmt=fmt,
-            entries=entries,
-            begin=begin,
+            changes=changes,
+            entries_of=_entries_of(start, CommitChanges.change_feed, protocols, historical, shared.slice(who)),
+            position=position,
             pinned=pinned,
             checksum=checksum,
         )
@@ -587,24 +558,20 @@ class SharingService:
     def _change_reply(
         self, who: Principal, shared: SharedTable, plan: _ChangePlan, answer: _Answer, max_files: int | None
     ) -> Reply:
-        """The response of a streaming query or /changes: one page of the plan's entries."""
-        entries = plan.entries
-        if plan.begin > len(entries):
-            raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
-        next_token = None
-        paged = max_files is not None or plan.begin > 0
+        """The response of a streaming query or /changes: one page of the plan's entries, read from
+        its position on (a page is read before its first byte; an unpaged reply while it streams)."""
+        paged = max_files is not None or plan.position is not None
         size = self._page_size(max_files, paged=paged)
-        if size is not None:
-            end = plan.begin + size
-            if end < len(entries):
-                next_token = self.codec.encode(
-                    "page",
-                    _binding(who, shared),
-                    {"i": end, "e": plan.pinned[0], "l": plan.pinned[1]},
-                    ttl_ms=self.config.query_table_page_token_ttl_ms,
-                    params=plan.checksum,
-                )
-            entries = entries[plan.begin : end]
+        entries = _positioned(plan.changes, plan.position, plan.entries_of)
+        next_token: str | None = None
+        served: FilesServed | None = None
+        if size is None:
+            body: Iterable[ChangeEntry] = _served_while_streaming(_primed(entries), shared.share.name)
+        else:
+            body, after = _page(entries, size)
+            if after is not None:
+                next_token = self._change_token(who, shared, plan, after)
+            served = _files_served(shared.share.name, body)
         head = header_lines(
             plan.head_config,
             plan.fmt,
@@ -620,10 +587,18 @@ class SharingService:
                 next_page_token=next_token, min_url_expiration_timestamp=maker.expiry.min_ms
             )
         headers = self._table_headers(plan.start, answer.caps, plan.fmt, answer.id_hash)
-        actions = [action for _, _, action in entries if action is not None]
-        served = FilesServed(shared.share.name, len(actions), sum(int(a.get("size") or 0) for a in actions))
-        stream = _stream(head, _change_lines(entries, plan.fmt, maker), tail, end_stream)
+        stream = _stream(head, _change_lines(body, plan.fmt, maker), tail, end_stream)
         return Reply(headers=headers, stream=stream, served=served)
+
+    def _change_token(self, who: Principal, shared: SharedTable, plan: _ChangePlan, at: _Position) -> str:
+        """The page token of the page that begins at ``at``, pinning the plan's (end, latest)."""
+        return self.codec.encode(
+            "page",
+            _binding(who, shared),
+            {"v": at[0], "i": at[1], "e": plan.pinned[0], "l": plan.pinned[1]},
+            ttl_ms=self.config.query_table_page_token_ttl_ms,
+            params=plan.checksum,
+        )
 
 
 @dataclass(frozen=True)
@@ -640,61 +615,118 @@ class _Answer:
 #: One entry of a change response: ("protocol" | "metaData", commit, None) or (file kind, commit, action).
 ChangeEntry = tuple[str, CommitChanges, Optional[dict[str, Any]]]
 
+#: Where a change response reads from: a commit's version and the index of an entry in that commit.
+_Position = tuple[int, int]
+
+_OUT_OF_RANGE = "The page token is out of range for this query. Please restart the query."
+
 
 @dataclass(frozen=True)
 class _ChangePlan:
     """A streaming query's or /changes' answer before paging: its header (config, the version its
-    metaData line names, the protocol line's version if historical protocols are asked for), every
-    entry, where this page begins, the (end, latest) versions its page tokens pin (so later pages
-    read the same range even if the table moves on) and the checksum of the parameters they repeat."""
+    metaData line names, the protocol line's version if historical protocols are asked for), the
+    change range and how a commit's entries are chosen, the position a page token resumes at (None
+    on a first page), the (end, latest) versions its page tokens pin (so later pages read the same
+    range even if the table moves on) and the checksum of the parameters they repeat."""
 
     start: int
     head_config: TableConfig
     head_version: int
     protocol_version: int | None
     fmt: str
-    entries: list[ChangeEntry]
-    begin: int
+    changes: TableChanges
+    entries_of: Callable[[CommitChanges], list[ChangeEntry]]
+    position: _Position | None
     pinned: tuple[int, int]
     checksum: str
 
 
-def _change_entries(
-    changes: list[CommitChanges],
+def _token_position(data: Mapping[str, Any], start: int) -> tuple[_Position, tuple[int, int]]:
+    """A change page token's position and pinned (end, latest) versions."""
+    try:
+        position, pinned = (int(data["v"]), int(data["i"])), (int(data["e"]), int(data["l"]))
+    except (KeyError, TypeError, ValueError):
+        raise InvalidParameter(_OUT_OF_RANGE) from None
+    if position[0] < start or position[1] < 0:
+        raise InvalidParameter(_OUT_OF_RANGE)
+    return position, pinned
+
+
+def _entries_of(
     start: int,
     file_actions: Callable[[CommitChanges], Iterator[tuple[str, dict[str, Any]]]],
-    *,
     protocols: bool,
     metadata: bool,
-) -> list[ChangeEntry]:
-    """Every commit's entries in order: its protocol and metaData (when asked for, after the
-    starting version) and then its file actions as ``file_actions`` chooses them."""
-    entries: list[ChangeEntry] = []
-    for change in changes:
+    part: Slice | None,
+) -> Callable[[CommitChanges], list[ChangeEntry]]:
+    """How a commit's entries are chosen: its protocol and metaData (when asked for, after the
+    starting version), then its file actions as ``file_actions`` chooses them, without those
+    outside the recipient's slice (judged by the table as that commit left it)."""
+
+    def entries(change: CommitChanges) -> list[ChangeEntry]:
         later = change.version > start
+        out: list[ChangeEntry] = []
         if protocols and later and change.protocol is not None:
-            entries.append(("protocol", change, None))
+            out.append(("protocol", change, None))
         if metadata and later and change.metadata is not None:
-            entries.append(("metaData", change, None))
-        entries.extend((kind, change, action) for kind, action in file_actions(change))
+            out.append(("metaData", change, None))
+        files = list(file_actions(change))
+        if part is not None and files:
+            inside = part.mask_of_actions(change.config, [action for _, action in files]).tolist()
+            files = [file for file, keep in zip(files, inside) if keep]
+        return out + [(kind, change, action) for kind, action in files]
+
     return entries
 
 
-def _in_slice(entries: list[ChangeEntry], part: Slice | None) -> list[ChangeEntry]:
-    """``entries`` without the file actions outside the recipient's slice (each commit's files
-    judged by the table as that commit left it)."""
-    if part is None:
-        return entries
-    kept: list[ChangeEntry] = []
-    for _, commit in itertools.groupby(entries, key=lambda entry: entry[1].version):
-        group = list(commit)
-        actions = [action for _, _, action in group if action is not None]
-        inside = iter(part.mask_of_actions(group[0][1].config, actions).tolist())
-        kept.extend(entry for entry in group if entry[2] is None or next(inside))
-    return kept
+def _positioned(
+    changes: TableChanges, position: _Position | None, entries_of: Callable[[CommitChanges], list[ChangeEntry]]
+) -> Iterator[tuple[_Position, ChangeEntry]]:
+    """The range's entries from ``position`` on (from its start when None), each with its position;
+    commits are read only as far as the entries are asked for."""
+    first, skip = position if position is not None else (None, 0)
+    for n, change in enumerate(changes.commits(first)):
+        entries = entries_of(change)
+        for i in range(skip if n == 0 else 0, len(entries)):
+            yield (change.version, i), entries[i]
 
 
-def _change_lines(entries: list[ChangeEntry], fmt: str, maker: FileLineMaker) -> Iterator[bytes]:
+def _page(entries: Iterator[tuple[_Position, ChangeEntry]], size: int) -> tuple[list[ChangeEntry], _Position | None]:
+    """The first ``size`` entries, and the position of the one after them (None at the end)."""
+    taken = list(itertools.islice(entries, size + 1))
+    after = taken[size][0] if len(taken) > size else None
+    return [entry for _, entry in taken[:size]], after
+
+
+def _primed(entries: Iterator[tuple[_Position, ChangeEntry]]) -> Iterator[ChangeEntry]:
+    """``entries`` without positions, the first read now: its commit's errors come before any byte."""
+    first = next(entries, None)
+    return itertools.chain(() if first is None else (first[1],), (entry for _, entry in entries))
+
+
+def _files_served(share: str, entries: Iterable[ChangeEntry]) -> FilesServed:
+    actions = [action for _, _, action in entries if action is not None]
+    return FilesServed(share, len(actions), sum(int(a.get("size") or 0) for a in actions))
+
+
+def _served_while_streaming(entries: Iterator[ChangeEntry], share: str) -> Iterator[ChangeEntry]:
+    """``entries``, noting on the request being served (known now, not in the thread that streams),
+    once they are all sent, the files they handed out."""
+    seen = current_request()
+
+    def counted() -> Iterator[ChangeEntry]:
+        files = size = 0
+        for entry in entries:
+            if entry[2] is not None:
+                files, size = files + 1, size + int(entry[2].get("size") or 0)
+            yield entry
+        if seen is not None:
+            seen.served = FilesServed(share, files, size)
+
+    return counted()
+
+
+def _change_lines(entries: Iterable[ChangeEntry], fmt: str, maker: FileLineMaker) -> Iterator[bytes]:
     for kind, change, action in entries:
         if kind == "metaData":
             yield header_lines(change.config, fmt, history_shared=True, version=change.version)[1]
