@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from deltaport.delta.actions import file_schema
+from deltaport.delta.actions import Metadata, Protocol, file_schema
 from deltaport.delta.cache import SnapshotCache
 from deltaport.delta.checkpoint import checkpoint_metadata_only, read_checkpoint
 from deltaport.delta.commit_json import parse_actions, peek_in_commit_timestamp, peek_protocol_metadata
@@ -150,6 +150,7 @@ class DeltaTable:
         log.warning("table %s: %s; its cached state is dropped and it is read again from storage", self.uri, why)
         self._listing = None
         self._configs.clear()
+        self._unchecked_configs.clear()
         self._ict.clear()
         self.cache.invalidate(self.uri)
 
@@ -201,6 +202,8 @@ class DeltaTable:
         unchecked = self._unchecked_configs.get(version)
         if unchecked is not None and not check:
             return unchecked
+        protocol: Protocol | None
+        metadata: Metadata | None
         if unchecked is not None:
             protocol, metadata = unchecked.protocol, unchecked.metadata
         else:
@@ -209,7 +212,9 @@ class DeltaTable:
         (self._configs if check else self._unchecked_configs)[version] = cfg
         return cfg
 
-    def _newest_protocol_metadata(self, segment: LogSegment, commit_bytes: dict[int, bytes]):
+    def _newest_protocol_metadata(
+        self, segment: LogSegment, commit_bytes: dict[int, bytes]
+    ) -> tuple[Protocol | None, Metadata | None]:
         protocol = metadata = None
         for lf in reversed(segment.commits):
             data = commit_bytes.get(lf.version)

@@ -90,7 +90,7 @@ class CommitChanges:
 
 
 #: A parsed commit's identity: table URI, commit file path, its size, and its version.
-CommitKey = tuple[str, str, int, int]
+CommitKey = tuple[str, str, int, int, int]
 
 
 class CommitCache:
@@ -224,7 +224,7 @@ def _read_commit(
     """Commit ``version`` parsed (from the cache when another reader parsed it); ``before``: the
     config after the previous commit, None when it is not known yet."""
     lf = listing.commits[version]
-    key = (table.uri, lf.path, lf.info.size, version)
+    key = (table.uri, lf.path, lf.info.size, lf.info.mtime_ms, version)  # a rewritten commit is another
     cached = table.commit_cache.get(key)
     if cached is not None:
         return cached
