@@ -159,6 +159,20 @@ def ports(text: str) -> list[int]:
     return [int(p) for p in re.findall(r"(?::|Port:|port:)\s*(\d{2,5})\b", text)]
 
 
+# --- processes -------------------------------------------------------------------------------------
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment for a process run in another folder: ``PYTHONPATH`` made absolute (a
+    relative ``src`` would name another folder there, or none, and the process would import some
+    other deltaport), this environment's ``deltaport`` first on ``PATH``, then ``extra``."""
+    env = dict(os.environ)
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep))
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return {**env, **(extra or {})}
+
+
 # --- a server process started from YAML text ------------------------------------------------------
 
 
@@ -174,6 +188,7 @@ class YamlServe:
             self.proc = subprocess.Popen(
                 [str(BIN / "deltaport"), "serve", "--config", str(path)],
                 cwd=workdir,
+                env=child_env(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -184,7 +199,7 @@ class YamlServe:
 
 
 def run_line(line: str, cwd: Path, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
-    """One README shell line run by bash in ``cwd``, with this environment's ``deltaport`` first on
-    PATH and ``env`` added; output captured (never printed: it may hold activation links)."""
-    full = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
-    return subprocess.run(["bash", "-c", line], cwd=cwd, env=full, capture_output=True, text=True, timeout=120)
+    """README shell lines run by bash in ``cwd`` (environment: :func:`child_env`); output captured,
+    never printed (it may hold activation links)."""
+    command = ["bash", "-c", line]
+    return subprocess.run(command, cwd=cwd, env=child_env(env), capture_output=True, text=True, timeout=120)

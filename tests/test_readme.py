@@ -284,6 +284,14 @@ def test_a_new_block_without_a_runner_is_found():
         readme_blocks("# x\n```bash\nls\n")
 
 
+def test_snippet_processes_import_this_deltaport(tmp_path):
+    """Commands run in other folders than this one still run the deltaport under test."""
+    import deltaport
+
+    done = run_line(f'"{sys.executable}" -c "import deltaport; print(deltaport.__file__)"', tmp_path)
+    assert done.stdout.strip() == deltaport.__file__
+
+
 # --- install, bootstrap and benchmark lines: checked, not run -----------------------------------------
 
 
@@ -641,7 +649,7 @@ def test_engine_block(world, tmp_path, monkeypatch):
     assert size == sum((world / "orders" / p).stat().st_size for p in live)
     assert step(steps, "snap.files()").value.num_rows == len(live)
     assert step(steps, "for add in").bound["add"]["path"] in live
-    eu = step(steps, "scan(").value
+    eu = list(step(steps, "scan(").value)
     assert eu and {a["partitionValues"]["region"] for a in eu} == {"EU"}
     assert [c.version for c in step(steps, "table.changes(2, 5)").value] == [2, 3, 4, 5]
     assert step(steps, "table.version_at_or_before").value == (2, 3)
