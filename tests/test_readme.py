@@ -104,6 +104,8 @@ SPARK_SOURCE = (READING, "import deltaport.spark")
 INSPECT = ("Inspecting a table", "deltaport inspect path/to/table")
 CONFORMANCE = ("Checking a server against the protocol", "deltaport conformance --profile recipient.share")
 ENGINE = ("The Delta log engine", "from deltaport.delta import DeltaTable")
+METRICS_TOKEN = (PROVIDER, 'metricsToken: "sha256:<hex digest>"')
+SCRAPE = (PROVIDER, "scrape_configs:")
 
 
 def covers(key: tuple[str, str]) -> Callable:
@@ -653,3 +655,55 @@ def test_engine_block(world, tmp_path, monkeypatch):
     assert eu and {a["partitionValues"]["region"] for a in eu} == {"EU"}
     assert [c.version for c in step(steps, "table.changes(2, 5)").value] == [2, 3, 4, 5]
     assert step(steps, "table.version_at_or_before").value == (2, 3)
+
+
+METRICS_SECRET = "readme-metrics-token-5c1d2e"
+secrets_used.add(METRICS_SECRET)
+
+
+def _metrics_server(world: Path, tmp_path: Path) -> tuple[RunningServer, Path]:
+    """A server configured with the README's metricsToken line (its digest filled in) and a recipient."""
+    digest = hashlib.sha256(METRICS_SECRET.encode()).hexdigest()
+    line = fill(snippet(*METRICS_TOKEN).text, {"<hex digest>": digest})
+    table = {"name": "orders", "location": str(world / "orders")}
+    config = {
+        "version": 1,
+        "shares": [{"name": "sales", "schemas": [{"name": "default", "tables": [table]}]}],
+        "recipients": [{"name": "acme", "tokens": [OTHER_TOKEN], "shares": ["sales"]}],
+    }
+    path = tmp_path / "server.yaml"
+    path.write_text(yaml.safe_dump(config) + line)
+    return RunningServer(create_app(load_config(path))), path
+
+
+@covers(METRICS_TOKEN)
+def test_metrics_token_line_opens_metrics_to_that_token_only(world, tmp_path):
+    server, _ = _metrics_server(world, tmp_path)
+    try:
+        scrape = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {METRICS_SECRET}"})
+        assert scrape.status_code == 200 and "deltaport_" in scrape.text
+        for headers in ({}, {"Authorization": f"Bearer {OTHER_TOKEN}"}):
+            refused = httpx.get(server.url + "/metrics", headers=headers)
+            assert refused.status_code == 401 and refused.json()["errorCode"]
+    finally:
+        server.stop()
+
+
+@covers(SCRAPE)
+def test_scrape_config_reads_metrics_as_prometheus_would(world, tmp_path):
+    """Prometheus itself does not run here: its config is parsed, its admin target is the admin YAML's
+    adminPort, and a scrape is made as its ``authorization.credentials_file`` makes it."""
+    jobs = yaml.safe_load(snippet(*SCRAPE).text)["scrape_configs"]
+    assert [job["job_name"] for job in jobs] == ["deltaport", "deltaport-admin"]
+    admin_port = yaml.safe_load(snippet(*ADMIN_YAML).text)["adminPort"]
+    assert jobs[1]["static_configs"][0]["targets"] == [f"127.0.0.1:{admin_port}"]
+    server, _ = _metrics_server(world, tmp_path)
+    try:
+        for job in jobs:
+            credentials = tmp_path / Path(job["authorization"]["credentials_file"]).name
+            credentials.write_text(METRICS_SECRET + "\n")
+            token = credentials.read_text().strip()  # as Prometheus reads the file
+            scrape = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {token}"})
+            assert scrape.status_code == 200 and "# TYPE" in scrape.text
+    finally:
+        server.stop()

@@ -29,7 +29,7 @@ def conformance(
     from deltaport.conformance import KitError, run, summary
 
     def emit(result) -> None:
-        typer.echo(to_json(result.toto_json()) if as_json else result.line())
+        typer.echo(to_json(result.to_json()) if as_json else result.line())
 
     try:
         results = run(profile, share, emit=emit)

@@ -83,7 +83,7 @@ def _warm_up() -> None:
         import pandas  # noqa: F401
     except ImportError:
         pass
-    table = pj.readto_json(io.BytesIO(b'{"a":"x=1"}\n'))
+    table = pj.read_json(io.BytesIO(b'{"a":"x=1"}\n'))
     pc.binary_join_element_wise(pc.replace_substring(table.column("a"), "=", "%3D"), "", "")
     pa.array([1]).to_pylist()
 
