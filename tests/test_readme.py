@@ -58,7 +58,7 @@ from readme_support import (
     run_python,
     step,
 )
-from secret_scan import secrets_used
+from secret_scan import add_process_output, secrets_used
 from servers import RunningServer, free_port
 
 from deltaport.server import create_app, load_config, parse_config
@@ -156,10 +156,6 @@ def _oracle(world: Path, version: int | None = None) -> pa.Table:
     return DeltaTable(str(world / "orders"), version=version).to_pyarrow_table()
 
 
-def _ids(rows) -> list[int]:
-    return sorted(rows)
-
-
 class Admin:
     """The README's admin YAML served by ``deltaport serve``: its protocol and admin listeners."""
 
@@ -200,6 +196,7 @@ def admin(world, tmp_path_factory):
     server = Admin(tmp_path_factory.mktemp("admin"), data)
     yield server
     server.server.stop()
+    add_process_output("deltaport serve (README admin YAML)", server.server.log.read_text())  # no token in it
 
 
 @pytest.fixture(autouse=True)
@@ -450,7 +447,7 @@ def test_admin_sdk_block(admin, world):
     granted = w.shares.share_permissions("partners").privilege_assignments
     assert [(p.principal, [str(x.value) for x in p.privileges]) for p in granted] == [("acme", ["SELECT"])]
     read = _read_as(admin, acme.activation_url)
-    assert _ids(read["order_id"].to_pylist()) == _ids(_oracle(world)["order_id"].to_pylist())
+    assert sorted(read["order_id"].to_pylist()) == sorted(_oracle(world)["order_id"].to_pylist())
 
 
 @covers(ADMIN_CLI)
@@ -477,7 +474,7 @@ def test_admin_cli_block(admin, world):
     assert w.recipients.get("acme").properties_kvpairs.properties["region"] == "emea"
     read = _read_as(admin, links[0])  # the slice: only acme's region
     expected = [r["order_id"] for r in _oracle(world).to_pylist() if r["region"] == "emea"]
-    assert expected and _ids(read["order_id"].to_pylist()) == _ids(expected)
+    assert expected and sorted(read["order_id"].to_pylist()) == sorted(expected)
 
     printed = run_line("\n".join(["set -e", export, *audit]), admin.data, env)
     assert printed.returncode == 0, printed.stderr
@@ -520,16 +517,17 @@ def test_reading_block(reading, world, monkeypatch):
     steps = run_python(snippet(*READ).text, {"hint": HINT})
     latest, v3 = _oracle(world), _oracle(world, 3)
     df = step(steps, "df = delta_sharing.load_as_pandas(url)").bound["df"]
-    assert _ids(df["order_id"]) == _ids(latest["order_id"].to_pylist())
+    assert sorted(df["order_id"]) == sorted(latest["order_id"].to_pylist())
     old = step(steps, "df = delta_sharing.load_as_pandas(url, version=3)").bound["df"]
-    assert _ids(old["order_id"]) == _ids(v3["order_id"].to_pylist()) != _ids(df["order_id"])
+    assert sorted(old["order_id"]) == sorted(v3["order_id"].to_pylist()) != sorted(df["order_id"])
     table = step(steps, "table = ").bound["table"]
     assert set(table["region"].to_pylist()) == {"EU"}
-    assert _ids(table["order_id"].to_pylist()) == _ids(r["order_id"] for r in latest.to_pylist() if r["region"] == "EU")
+    eu = [r["order_id"] for r in latest.to_pylist() if r["region"] == "EU"]
+    assert sorted(table["order_id"].to_pylist()) == sorted(eu)
     frame = step(steps, "frame = ").bound["frame"]
-    assert _ids(frame["order_id"].to_list()) == _ids(latest["order_id"].to_pylist())
+    assert sorted(frame["order_id"].to_list()) == sorted(latest["order_id"].to_pylist())
     reader = step(steps, "reader = ").bound["reader"]
-    assert _ids(reader.read_all()["order_id"].to_pylist()) == _ids(latest["order_id"].to_pylist())
+    assert sorted(reader.read_all()["order_id"].to_pylist()) == sorted(latest["order_id"].to_pylist())
     changes = step(steps, "changes = ").bound["changes"]
     got = sorted(zip(changes["order_id"], changes["_change_type"], changes["_commit_version"]))
     assert got == _oracle_changes(world, 2) and {c for _, c, _ in got} >= {"update_postimage", "delete"}
@@ -543,15 +541,15 @@ def test_spark_staged_block(reading, world, spark, tmp_path):
     steps = run_python(code, {"spark": spark, "url": reading.url})
     latest = _oracle(world)
     df = step(steps, "df = deltaport.load_as_spark(url)").bound["df"]
-    assert _ids(r.order_id for r in df.collect()) == _ids(latest["order_id"].to_pylist())
+    assert sorted(r.order_id for r in df.collect()) == sorted(latest["order_id"].to_pylist())
     feed = step(steps, "feed = ").bound["feed"].collect()
     assert sorted((r.order_id, r._change_type, r._commit_version) for r in feed) == _oracle_changes(world, 2)
     old = step(steps, "df = deltaport.spark.read_table(spark, url, versionAsOf=3").bound["df"]
-    assert _ids(r.order_id for r in old.collect()) == _ids(_oracle(world, 3)["order_id"].to_pylist())
+    assert sorted(r.order_id for r in old.collect()) == sorted(_oracle(world, 3)["order_id"].to_pylist())
     assert any((tmp_path / "cache").rglob("*.parquet")), "the versionAsOf read staged its files there"
     eu = step(steps, "df = deltaport.spark.read_table(spark, url, where=").bound["df"].collect()
     assert {r.region for r in eu} == {"EU"}
-    assert _ids(r.order_id for r in eu) == _ids(r["order_id"] for r in latest.to_pylist() if r["region"] == "EU")
+    assert sorted(r.order_id for r in eu) == sorted(r["order_id"] for r in latest.to_pylist() if r["region"] == "EU")
 
 
 @covers(SPARK_SOURCE)
@@ -559,7 +557,7 @@ def test_spark_data_source_block(reading, world, spark, tmp_path):
     """``url`` as above; the stream is then run once to its end."""
     steps = run_python(snippet(*SPARK_SOURCE).text, {"spark": spark, "url": reading.url})
     old = step(steps, "df = ").bound["df"]
-    assert _ids(r.order_id for r in old.collect()) == _ids(_oracle(world, 3)["order_id"].to_pylist())
+    assert sorted(r.order_id for r in old.collect()) == sorted(_oracle(world, 3)["order_id"].to_pylist())
     stream = step(steps, "stream = ").bound["stream"]
     assert stream.isStreaming
     query = (
@@ -571,7 +569,7 @@ def test_spark_data_source_block(reading, world, spark, tmp_path):
     )
     query.awaitTermination(120)
     rows = spark.sql("SELECT order_id FROM readme_orders").collect()
-    assert _ids(r.order_id for r in rows) == _ids(_oracle(world)["order_id"].to_pylist())
+    assert sorted(r.order_id for r in rows) == sorted(_oracle(world)["order_id"].to_pylist())
 
 
 # --- inspecting, conformance, the engine ---------------------------------------------------------
