@@ -198,4 +198,7 @@ def test_the_migrations_ship_in_the_wheel():
     assert "*.mako" in config["tool"]["setuptools"]["package-data"]["deltaport.catalog.migrations"]
     extras = config["project"]["optional-dependencies"]
     for extra in ("catalog", "server", "dev"):
-        assert {"sqlalchemy>=2", "alembic>=1.13", "psycopg[binary]>=3.1"} <= set(extras[extra])
+        assert {"sqlalchemy>=2", "alembic>=1.13"} <= set(extras[extra])
+    for extra in ("postgres", "dev"):  # the PostgreSQL driver only where a PostgreSQL catalog is asked for
+        assert "psycopg[binary]>=3.1" in extras[extra]
+    assert not any(d.startswith("psycopg") for d in extras["server"] + extras["catalog"])
