@@ -47,7 +47,7 @@ VERSION = "/delta-sharing/shares/s/schemas/d/tables/t/version"
 
 def _app(variant: str, workdir: Path):
     from deltaport.server import AuditLog, JsonLinesAuditSink, create_app, parse_config
-    from deltaport.server.observe import RequestObserver
+    from deltaport.server.ops.observe import RequestObserver
 
     config = parse_config(
         {
@@ -138,11 +138,11 @@ def _observed(variant: str, workdir: Path):
 
     from deltaport.delta import SnapshotCache
     from deltaport.server import JsonLinesAuditSink
-    from deltaport.server.access import IpAllowList
-    from deltaport.server.audit import AuditLog
-    from deltaport.server.metrics import ServerMetrics
-    from deltaport.server.observe import RequestObserver
-    from deltaport.server.request_info import current_request
+    from deltaport.server.ops.access import IpAllowList
+    from deltaport.server.ops.audit import AuditLog
+    from deltaport.server.ops.metrics import ServerMetrics
+    from deltaport.server.ops.observe import RequestObserver
+    from deltaport.server.ops.request_info import current_request
 
     class Route:
         path = "/delta-sharing/shares/{share}/schemas/{schema}/tables/{table}/version"

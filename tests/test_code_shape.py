@@ -4,6 +4,7 @@ unless its docstring says why ("Long by choice: ...")."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,18 @@ def test_the_check_sees_a_long_function(tmp_path):
     reason = '    """Long by choice: a test."""\n'
     (tmp_path / "m.py").write_text(f"def f():\n{reason}{body}\n", encoding="utf-8")
     assert _long_functions(tmp_path / "m.py", tmp_path) == []
+
+
+FAST = sorted((SRC / "server" / "fast").glob("[!_]*.py"))
+
+
+@pytest.mark.parametrize("path", FAST, ids=lambda p: p.name)
+def test_each_fast_path_names_its_slow_path_and_the_test_holding_them_equal(path):
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    found = re.search(r"Fast form of:\s+(.+?)\.\s+Held\s+equal\s+by:\s+(tests/\S+\.py)\.", doc, re.DOTALL)
+    assert found, f"{path.name}: its docstring must say 'Fast form of: ... Held equal by: tests/....py.'"
+    assert (SRC.parents[1] / found.group(2)).is_file(), f"{path.name} names {found.group(2)}, which does not exist"
+
+
+def test_the_fast_paths_are_found():
+    assert len(FAST) >= 5

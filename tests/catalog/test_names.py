@@ -6,7 +6,7 @@ import pytest
 
 from deltaport.catalog.names import check_name, name_key, split_name
 from deltaport.errors import InvalidParameter
-from deltaport.server.config import ConfigError, _check_name
+from deltaport.server.sources.config import ConfigError, _check_name
 
 
 @pytest.mark.parametrize("name", ["sales", "Sales_2024", "a-b", "ünïcødé", "x" * 255, "a:b", "é.t"])

@@ -14,7 +14,7 @@ from servers import RunningServer
 
 from deltaport.errors import InvalidParameter, PermissionDenied
 from deltaport.server import create_app, parse_config
-from deltaport.server.access import IpAllowList, RecipientAllowLists, client_ip
+from deltaport.server.ops.access import IpAllowList, RecipientAllowLists, client_ip
 
 P = "/delta-sharing"
 T = P + "/shares/corpus/schemas/default/tables"

@@ -289,7 +289,7 @@ def test_an_unwritable_path_fails_at_once(tmp_path):
 
 
 def test_events_go_out_as_one_block_when_due_or_when_a_block_is_full(monkeypatch):
-    from deltaport.server import audit
+    from deltaport.server.ops import audit
 
     monkeypatch.setattr(audit, "BLOCK_EVENTS", 3)
     sink = Blocks()
@@ -333,7 +333,7 @@ def test_queued_events_are_rendered_at_once_and_written_together_when_their_bloc
 
 def test_a_request_whose_method_has_no_event_gives_the_sinks_nothing():
     from deltaport.server.errors import ADMIN_PREFIX
-    from deltaport.server.request_info import RequestInfo
+    from deltaport.server.ops.request_info import RequestInfo
 
     sink = Blocks()
     log = AuditLog([sink], flush_every_s=60)
@@ -344,7 +344,7 @@ def test_a_request_whose_method_has_no_event_gives_the_sinks_nothing():
 
 
 def test_a_block_never_takes_more_than_block_events(monkeypatch):
-    from deltaport.server import audit
+    from deltaport.server.ops import audit
 
     monkeypatch.setattr(audit, "BLOCK_EVENTS", 3)
     sink = Blocks()

@@ -7,7 +7,7 @@ import threading
 import time
 
 from deltaport.catalog.store import CatalogDB
-from deltaport.server.catalog_feed import CatalogFeed
+from deltaport.server.sources.catalog_feed import CatalogFeed
 
 
 class _SlowCatalog(CatalogDB):

@@ -9,8 +9,8 @@ from conftest import TABLES
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.demo import build_demo_tables
-from deltaport.server.columnar_lines import ColumnarLines
-from deltaport.server.translate import FileLineMaker
+from deltaport.server.fast.columnar_lines import ColumnarLines
+from deltaport.server.sharing.translate import FileLineMaker
 from deltaport.signing import LocalFileSigner
 
 NOW = 1_700_000_040.0  # at the start of a signing window, so both paths sign at the same instant

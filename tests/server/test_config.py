@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from deltaport.server.config import ConfigError, hash_token, load_config, parse_config
+from deltaport.server.sources.config import ConfigError, hash_token, load_config, parse_config
 
 REFERENCE = """
 # the reference server's template
@@ -180,7 +180,7 @@ def test_unknown_keys_are_refused_with_the_nearest_valid_one(data, needle):
 def test_every_config_key_is_documented_in_the_readme():
     from pathlib import Path
 
-    from deltaport.server import config as config_module
+    from deltaport.server.sources import config as config_module
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     keys = [k for k in config_module._KEYS["the server config"] if k not in config_module._REFERENCE_ONLY]

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from deltaport.server.config import ConfigError, load_config, parse_config
-from deltaport.server.tls import self_signed_certificate
+from deltaport.server.sources.config import ConfigError, load_config, parse_config
+from deltaport.server.sources.tls import self_signed_certificate
 
 
 def _ssl(**ssl) -> dict:

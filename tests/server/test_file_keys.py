@@ -14,9 +14,9 @@ from conftest import TABLES
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.demo import build_demo_tables
-from deltaport.server.columnar_lines import ColumnarLines
-from deltaport.server.file_keys import AS_IS, ENCODE, ORDINARY, KeyingPool, key_files
-from deltaport.server.translate import FileLineMaker
+from deltaport.server.fast.columnar_lines import ColumnarLines
+from deltaport.server.fast.file_keys import AS_IS, ENCODE, ORDINARY, KeyingPool, key_files
+from deltaport.server.sharing.translate import FileLineMaker
 from deltaport.signing import LocalFileSigner
 
 NOW = 1_700_000_040.0  # the start of a signing window
@@ -84,7 +84,7 @@ def test_a_dead_worker_costs_speed_not_the_response(caplog):
         for pid in broken.worker_pids():
             os.kill(pid, signal.SIGKILL)
         snap = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
-        with caplog.at_level(logging.WARNING, logger="deltaport.server.file_keys"):
+        with caplog.at_level(logging.WARNING, logger="deltaport.server.fast.file_keys"):
             assert _lines(ColumnarLines(pool=broken), snap) == _row_lines(snap)
         assert not broken.running
         assert "continuing in the server process" in caplog.text
@@ -94,7 +94,7 @@ def test_a_dead_worker_costs_speed_not_the_response(caplog):
 
 
 def test_a_hung_worker_is_not_waited_for(monkeypatch):
-    from deltaport.server import columnar_lines
+    from deltaport.server.fast import columnar_lines
 
     monkeypatch.setattr(columnar_lines, "_WORKER_TIMEOUT", 0.5)
     hung = _running(KeyingPool(1))

@@ -11,7 +11,7 @@ from conftest import OTHER_TOKEN, TOKEN, corpus_config
 from servers import RunningServer
 
 from deltaport.server import create_app, parse_config
-from deltaport.server.hot_paths import HotTableCalls
+from deltaport.server.fast.hot_paths import HotTableCalls
 
 T = "/delta-sharing/shares/corpus/schemas/default/tables"
 ALICE = {"Authorization": f"Bearer {TOKEN}"}

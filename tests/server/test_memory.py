@@ -1,4 +1,4 @@
-"""The server process's Arrow memory pool (server/memory.py): jemalloc, which gives freed pages
+"""The server process's Arrow memory pool (server/fast/memory.py): jemalloc, which gives freed pages
 back (the default pool kept them and a loaded server grew), unless the operator chose one."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _pool_chosen(env: dict[str, str]) -> tuple[str, str]:
     """(what use_server_pool returned, the pool a fresh allocation then comes from) in a fresh process."""
     code = (
         "import pyarrow as pa\n"
-        "from deltaport.server.memory import use_server_pool\n"
+        "from deltaport.server.fast.memory import use_server_pool\n"
         "chosen = use_server_pool()\n"
         "print(chosen, pa.default_memory_pool().backend_name)\n"
     )

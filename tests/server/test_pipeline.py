@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from deltaport.server.pipeline import pipelined
+from deltaport.server.fast.pipeline import pipelined
 
 
 def _pipeline_threads() -> list[threading.Thread]:

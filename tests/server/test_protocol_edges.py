@@ -128,8 +128,8 @@ def test_failure_midway_becomes_an_end_stream_error_message():
     """A signer that fails on the third file: with end-stream actions asked for, the client is told."""
     from deltaport.delta import SnapshotCache
     from deltaport.errors import StorageError
-    from deltaport.server.service import SharingService
-    from deltaport.server.tokens import TokenCodec
+    from deltaport.server.sharing.service import SharingService
+    from deltaport.server.sharing.tokens import TokenCodec
 
     class FlakySigner:
         calls = 0

@@ -7,7 +7,7 @@ import orjson
 import pytest
 from conftest import OTHER_TOKEN
 
-from deltaport.server.tokens import LIST_TOKEN_ERROR
+from deltaport.server.sharing.tokens import LIST_TOKEN_ERROR
 
 T = "/delta-sharing/shares/corpus/schemas/default/tables"
 DELTA_CAPS = "responseformat=delta;readerfeatures=deletionvectors,columnmapping,timestampntz"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from deltaport.catalog.served import RecipientConfig, SchemaConfig, ShareConfig, SharedTableConfig, TokenHash
-from deltaport.server.reload_summary import describe_reload
+from deltaport.server.sources.reload_summary import describe_reload
 
 
 def _share(name: str, location: str = "/t") -> ShareConfig:

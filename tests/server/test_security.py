@@ -302,7 +302,7 @@ def test_the_access_log_has_neither_tokens_nor_query_strings(served, caplog):
 
 
 def test_bearer_tokens_are_compared_as_hashes_with_compare_digest(served, monkeypatch):
-    import deltaport.server.registry as registry
+    import deltaport.server.sharing.registry as registry
 
     calls: list[tuple[bytes, bytes]] = []
     real = registry.hmac.compare_digest

@@ -11,7 +11,7 @@ import pytest
 
 from deltaport.catalog.model import PartitionOp, PartitionValue
 from deltaport.delta import DeltaTable
-from deltaport.server.slices import slice_for
+from deltaport.server.sharing.slices import slice_for
 
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "delta-tables"
 

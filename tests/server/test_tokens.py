@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from deltaport.errors import InvalidParameter
-from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
+from deltaport.server.sharing.tokens import TokenBinding, TokenCodec, params_checksum
 
 B = TokenBinding("alice", "s.d.t", "id1")
 

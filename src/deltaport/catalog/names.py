@@ -1,6 +1,6 @@
 """The naming rules for everything a provider names: shares, schemas, tables, catalogs, recipients.
 
-One rule, used by the YAML config (server.config, which raises its ConfigError) and the catalog
+One rule, used by the YAML config (server.sources.config, which raises its ConfigError) and the catalog
 database (catalog.store, which raises InvalidParameter): a name is a non-empty string of at most
 255 characters, lower-cased too (some characters grow when lower-cased: 'İ' becomes two), with no
 whitespace, no '/', no control character and no unpaired surrogate (which no database can store);

@@ -1,5 +1,5 @@
 """What the server serves: shares of schemas of tables, and recipients with their token digests and
-grants. Built from the YAML config (server.config) or from the catalog database (catalog.store);
+grants. Built from the YAML config (server.sources.config) or from the catalog database (catalog.store);
 the server's registry reads only these values.
 """
 

@@ -30,7 +30,7 @@ def catalog_import(
     from deltaport.catalog.import_served import import_served
     from deltaport.catalog.store import CatalogDB
     from deltaport.errors import DeltaportError
-    from deltaport.server.config import catalog_url, load_config
+    from deltaport.server.sources.config import catalog_url, load_config
 
     try:
         cfg = load_config(config)

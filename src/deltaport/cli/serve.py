@@ -48,7 +48,7 @@ def serve(
     """Serve the shares of a config file, or of its catalog database, over the Delta Sharing protocol."""
     from deltaport.errors import DeltaportError
     from deltaport.server import create_app, load_config
-    from deltaport.server.memory import use_server_pool
+    from deltaport.server.fast.memory import use_server_pool
 
     try:
         cfg = load_config(config)
@@ -98,7 +98,7 @@ def _run(application, host: str, port: int, cfg) -> None:
         import tempfile
         from pathlib import Path
 
-        from deltaport.server.tls import self_signed_certificate
+        from deltaport.server.sources.tls import self_signed_certificate
 
         cert, key = self_signed_certificate(Path(tempfile.mkdtemp(prefix="deltaport-tls-")), host)
         ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
@@ -117,7 +117,7 @@ def _run(application, host: str, port: int, cfg) -> None:
     if cfg.catalog_url is not None:
         _say_catalog(cfg, shares, f"{scheme}://{cfg.admin_host or host}:{cfg.admin_port or port}")
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
-    # proxy_headers off: X-Forwarded-For is trusted only from the configured proxies (server/access.py)
+    # proxy_headers off: X-Forwarded-For is trusted only from the configured proxies (server/ops/access.py)
     settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl}
     listeners = [(application, _listen(host, port, "--port (or 'port' in the config)"))]
     if admin_app is not None:
@@ -192,7 +192,7 @@ def _check_open(cfg, host: str, allow_anonymous: bool) -> None:
 
 def _say_metrics(application) -> None:
     """Where /metrics is served, or how to serve it."""
-    from deltaport.server.metrics import ENABLE_METRICS
+    from deltaport.server.ops.metrics import ENABLE_METRICS
 
     if not hasattr(application.state, "metrics_at"):
         return

@@ -1,7 +1,7 @@
 """The Delta Sharing server: config, auth and grants, the protocol's endpoints, streaming."""
 
-from deltaport.server.audit import AuditLog, AuditSink, JsonLinesAuditSink
-from deltaport.server.config import ServerConfig, load_config, parse_config
+from deltaport.server.ops.audit import AuditLog, AuditSink, JsonLinesAuditSink
+from deltaport.server.sources.config import ServerConfig, load_config, parse_config
 
 __all__ = [
     "AuditLog",

@@ -35,24 +35,25 @@ from starlette.responses import (
 from deltaport.catalog.store import CatalogDB
 from deltaport.delta import SnapshotCache
 from deltaport.errors import DeltaportError, InvalidParameter, PermissionDenied, ResourceNotFound
-from deltaport.server import api_doc, errors
+from deltaport.server import errors
 from deltaport.server.admin import AdminParts, add_activation_routes, admin_router, create_admin_app
 from deltaport.server.admin.activation import ACTIVATION_PAGE
 from deltaport.server.admin.links import ActivationLinks, recipients_base
-from deltaport.server.audit import AuditLog, config_audit_log
-from deltaport.server.catalog_feed import CatalogFeed, describe_delta_table
-from deltaport.server.config import ServerConfig
-from deltaport.server.config_file import ConfigCatalogView, ConfigFileSource, LoadedConfig, restart_needed
-from deltaport.server.docs_pages import add_docs_pages
-from deltaport.server.file_keys import KeyingPool
-from deltaport.server.freshness import LatestState
-from deltaport.server.hot_paths import HotTableCalls
-from deltaport.server.metrics import scrape_digests
-from deltaport.server.observe import observe, observe_also
-from deltaport.server.registry import Principal, SharedTable, StoreOpener, recipient_key
-from deltaport.server.request_info import current_request
-from deltaport.server.service import Reply, SharingService, SignerFactory
-from deltaport.server.tokens import TokenCodec
+from deltaport.server.fast.file_keys import KeyingPool
+from deltaport.server.fast.freshness import LatestState
+from deltaport.server.fast.hot_paths import HotTableCalls
+from deltaport.server.ops import api_doc
+from deltaport.server.ops.audit import AuditLog, config_audit_log
+from deltaport.server.ops.docs_pages import add_docs_pages
+from deltaport.server.ops.metrics import scrape_digests
+from deltaport.server.ops.observe import observe, observe_also
+from deltaport.server.ops.request_info import current_request
+from deltaport.server.sharing.registry import Principal, SharedTable, StoreOpener, recipient_key
+from deltaport.server.sharing.service import Reply, SharingService, SignerFactory
+from deltaport.server.sharing.tokens import TokenCodec
+from deltaport.server.sources.catalog_feed import CatalogFeed, describe_delta_table
+from deltaport.server.sources.config import ServerConfig
+from deltaport.server.sources.config_file import ConfigCatalogView, ConfigFileSource, LoadedConfig, restart_needed
 from deltaport.signing import LocalFileSigner, UrlSigner, signer_for
 from deltaport.storage import store_for
 

@@ -20,7 +20,7 @@ from deltaport.catalog.store import CatalogDB
 from deltaport.server import AuditLog, create_app, parse_config
 from deltaport.server.admin.activation import ACTIVATION_API
 from deltaport.server.admin.audit_routes import AuditQuery
-from deltaport.server.tokens import TokenBinding, TokenCodec
+from deltaport.server.sharing.tokens import TokenBinding, TokenCodec
 
 ROUTE = "/api/2.1/unity-catalog/audit-events"
 SECRET = "audit-route-page-token-secret"

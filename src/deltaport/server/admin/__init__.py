@@ -21,7 +21,7 @@ from deltaport.server.admin.audit_routes import add_audit_routes
 from deltaport.server.admin.catalog_routes import add_catalog_routes
 from deltaport.server.admin.parts import AdminParts
 from deltaport.server.admin.sharing_routes import add_sharing_routes
-from deltaport.server.docs_pages import add_docs_pages
+from deltaport.server.ops.docs_pages import add_docs_pages
 
 __all__ = ["AdminParts", "add_activation_routes", "admin_router", "create_admin_app"]
 

@@ -19,7 +19,7 @@ from deltaport.delta.history import format_ms
 from deltaport.errors import ResourceNotFound
 from deltaport.server import errors
 from deltaport.server.admin.parts import AdminParts
-from deltaport.server.request_info import current_request
+from deltaport.server.ops.request_info import current_request
 
 _NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff"}
 

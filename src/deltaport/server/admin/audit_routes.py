@@ -19,7 +19,7 @@ from fastapi import APIRouter, Query
 from deltaport.catalog.model import AuditEvent
 from deltaport.errors import InvalidParameter
 from deltaport.server.admin.parts import PAGE_LIMIT, AdminParts, with_token
-from deltaport.server.tokens import TokenBinding, params_checksum
+from deltaport.server.sharing.tokens import TokenBinding, params_checksum
 
 _BINDING = TokenBinding("admin", "admin:audit")
 _TOKEN_TTL_MS = 86_400_000

@@ -26,7 +26,7 @@ from fastapi import Request
 
 from deltaport.catalog.model import RecipientInfo
 from deltaport.server.admin.activation import activation_url
-from deltaport.server.config import ServerConfig
+from deltaport.server.sources.config import ServerConfig
 
 log = logging.getLogger("deltaport.server")
 

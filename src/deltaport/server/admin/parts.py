@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from deltaport.catalog.store import CatalogDB
 from deltaport.delta.schema import Schema
 from deltaport.errors import InvalidParameter, PermissionDenied, Unauthenticated
-from deltaport.server.config import hash_token
-from deltaport.server.request_info import current_request
-from deltaport.server.tokens import TokenBinding, TokenCodec
+from deltaport.server.ops.request_info import current_request
+from deltaport.server.sharing.tokens import TokenBinding, TokenCodec
+from deltaport.server.sources.config import hash_token
 
 if TYPE_CHECKING:
     from deltaport.server.admin.links import ActivationLinks

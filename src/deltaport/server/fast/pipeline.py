@@ -7,6 +7,9 @@ kernels release the GIL: the stage) and with the sending of earlier pieces. Each
 most ``depth`` items, so memory stays bounded. An exception in either thread is raised to the
 consumer at the point it occurred; closing the consumer (a client that disconnects) stops both
 threads.
+
+Fast form of: building a response's chunks one after the other (``map(stage, source)``). Held equal
+by: tests/server/test_pipeline.py.
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ from typing import Any
 from fastapi import FastAPI
 
 from deltaport.delta import SnapshotCache
-from deltaport.server.access import IpAllowList, client_ip
-from deltaport.server.audit import AuditLog
-from deltaport.server.metrics import ServerMetrics, serve_metrics
-from deltaport.server.request_info import RequestInfo, current_info
+from deltaport.server.ops.access import IpAllowList, client_ip
+from deltaport.server.ops.audit import AuditLog
+from deltaport.server.ops.metrics import ServerMetrics, serve_metrics
+from deltaport.server.ops.request_info import RequestInfo, current_info
 
 _SANE_ID = re.compile(rb"[A-Za-z0-9._-]{1,64}")
 _ID_PREFIX = secrets.token_hex(4)  # per process: ids of several workers never collide
@@ -166,7 +166,7 @@ def observe(
     trusted_proxies: Sequence[str],
 ) -> None:
     """Add the request observer to ``app``, feeding the metrics and the audit log when asked for.
-    ``/metrics`` is served where :func:`~deltaport.server.metrics.serve_metrics` decides (the admin
+    ``/metrics`` is served where :func:`~deltaport.server.ops.metrics.serve_metrics` decides (the admin
     listener, else the recipients' port for ``metrics_digests``' tokens, else nowhere);
     ``app.state.metrics_at`` says where, for the startup log. Call it after the hot paths are
     added, so it sees their requests.

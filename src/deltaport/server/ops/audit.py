@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from deltaport.catalog.model import AuditEvent
 from deltaport.catalog.store_audit import BLOCK_EVENTS, MAX_BLOCK_EVENTS, AuditBlock
 from deltaport.server.errors import ACTIVATION_API, ADMIN_PREFIX
-from deltaport.server.request_info import RequestInfo
+from deltaport.server.ops.request_info import RequestInfo
 
 if TYPE_CHECKING:
     from deltaport.catalog.store import CatalogDB

@@ -7,6 +7,10 @@ itself; the other thread joins finished chunks' lines with Arrow string kernels 
 GIL), and the first bytes are sent as soon as the first chunk is ready. A whole-table read leaves the snapshot's ids
 and URIs and the signing window's signatures cached, so a repeated read in the same one-minute
 window only joins. The bytes are the same as FileLineMaker's for the same URLs.
+
+Fast form of: the per-row parquet-format file lines of
+``sharing.translate.FileLineMaker.snapshot_lines``. Held equal by:
+tests/server/test_columnar_lines.py.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaport.delta import Snapshot
-from deltaport.server.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_packed
-from deltaport.server.pipeline import pipelined
+from deltaport.server.fast.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_packed
+from deltaport.server.fast.pipeline import pipelined
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ recipient and share names of the served config; never a token or a URL's query):
   snapshot cache (its lookups since it was made; what it holds).
 - ``deltaport_active_streams``: NDJSON responses being streamed now.
 - ``deltaport_arrow_allocated_bytes{pool}``: bytes allocated from Arrow's memory pool and not yet
-  freed; ``pool`` names its allocator (``deltaport serve`` uses jemalloc: see server/memory.py).
+  freed; ``pool`` names its allocator (``deltaport serve`` uses jemalloc: see server/fast/memory.py).
 
 Each app has its own :class:`~prometheus_client.CollectorRegistry` (two apps in one process never
 collide), except in multi-process mode: when ``PROMETHEUS_MULTIPROC_DIR`` names a directory (set
@@ -49,8 +49,8 @@ from starlette.responses import Response
 
 from deltaport.delta import SnapshotCache
 from deltaport.errors import Unauthenticated
-from deltaport.server.config import ServerConfig, hash_token
-from deltaport.server.request_info import RequestInfo
+from deltaport.server.ops.request_info import RequestInfo
+from deltaport.server.sources.config import ServerConfig, hash_token
 
 log = logging.getLogger("deltaport.server")
 

@@ -23,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.delta.schema import Schema
 from deltaport.errors import DeltaportError, InvalidParameter, StorageUnavailable
-from deltaport.server.registry import StoreOpener
+from deltaport.server.sharing.registry import StoreOpener
 
 log = logging.getLogger("deltaport.server")
 

@@ -8,6 +8,10 @@ costs more than the answer itself, so requests share refreshes: a request waits 
 starts after it arrived, and all requests that arrive while one refresh runs share the next one.
 Under load that is one thread hand-over per refresh instead of one per request, and no answer is
 older than its request.
+
+Fast form of: listing the log and replaying it in the framework's thread pool for every request
+(``DeltaTable.latest_version``, ``DeltaTable.snapshot``). Held equal by:
+tests/server/test_freshness.py.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ from typing import Any
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.errors import InvalidParameter, ResourceNotFound, Unauthenticated
-from deltaport.server.config import (
+from deltaport.server.sharing.slices import Slice, slice_for
+from deltaport.server.sharing.tokens import LIST_TOKEN_ERROR, TokenBinding, TokenCodec
+from deltaport.server.sources.config import (
     RecipientConfig,
     SchemaConfig,
     ServerConfig,
@@ -23,8 +25,6 @@ from deltaport.server.config import (
     SharedTableConfig,
     hash_token,
 )
-from deltaport.server.slices import Slice, slice_for
-from deltaport.server.tokens import LIST_TOKEN_ERROR, TokenBinding, TokenCodec
 from deltaport.storage import ObjectStore, store_for
 
 

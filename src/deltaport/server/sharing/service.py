@@ -27,17 +27,17 @@ from deltaport.protocol import lines
 from deltaport.protocol.capabilities import DELTA, HEADER, PARQUET, Capabilities
 from deltaport.protocol.hints import parse_json_predicate, parse_sql_predicates
 from deltaport.protocol.requests import ChangesRequest, QueryRequest, parse_max_results, parse_version_param
-from deltaport.server.access import RecipientAllowLists
-from deltaport.server.columnar_lines import ColumnarLines
-from deltaport.server.config import RecipientConfig, SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig
-from deltaport.server.file_keys import KeyingPool
-from deltaport.server.freshness import LatestState
-from deltaport.server.registry import Principal, Registry, SharedTable, StoreOpener
-from deltaport.server.reload_summary import describe_reload
-from deltaport.server.request_info import FilesServed, current_request
-from deltaport.server.slices import Slice
-from deltaport.server.tokens import TokenBinding, TokenCodec, params_checksum
-from deltaport.server.translate import FileLineMaker, choose_format, header_lines
+from deltaport.server.fast.columnar_lines import ColumnarLines
+from deltaport.server.fast.file_keys import KeyingPool
+from deltaport.server.fast.freshness import LatestState
+from deltaport.server.ops.access import RecipientAllowLists
+from deltaport.server.ops.request_info import FilesServed, current_request
+from deltaport.server.sharing.registry import Principal, Registry, SharedTable, StoreOpener
+from deltaport.server.sharing.slices import Slice
+from deltaport.server.sharing.tokens import TokenBinding, TokenCodec, params_checksum
+from deltaport.server.sharing.translate import FileLineMaker, choose_format, header_lines
+from deltaport.server.sources.config import RecipientConfig, SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig
+from deltaport.server.sources.reload_summary import describe_reload
 from deltaport.storage import store_for
 
 log = logging.getLogger("deltaport.server")

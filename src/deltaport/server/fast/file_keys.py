@@ -7,6 +7,9 @@ time of a large response. :func:`key_files` does that work for one chunk of file
 while this process joins lines and sends them. The worker is spawned (never forked from a threaded
 server), imports only this module and the signing code, and is handed plain bytes: paths, and the
 day's derived signing key, never the server's secret.
+
+Fast form of: hashing each file's id and signing its URL one by one as its line is made
+(``FileLineMaker``). Held equal by: tests/server/test_file_keys.py.
 """
 
 from __future__ import annotations

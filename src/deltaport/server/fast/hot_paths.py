@@ -9,6 +9,9 @@ headers. Anything else, including every malformed request, goes on to the routes
 (and errors) are the reference; tests compare the two paths. A request it answers gets the scope's
 ``route`` (the route it stands in for, when given) and ``path_params`` just as routing would set
 them, for the middleware outside it (metrics, audit).
+
+Fast form of: the ``GET …/version`` and ``GET …/metadata`` routes. Held equal by:
+tests/server/test_hot_paths.py.
 """
 
 from __future__ import annotations

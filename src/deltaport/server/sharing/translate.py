@@ -19,8 +19,8 @@ from deltaport.dv import DeletionVectorDescriptor
 from deltaport.errors import UnsupportedOperation
 from deltaport.protocol import lines
 from deltaport.protocol.capabilities import DELTA, PARQUET, Capabilities
-from deltaport.server.columnar_lines import BatchSigner, ColumnarLines
-from deltaport.server.file_keys import digest_for
+from deltaport.server.fast.columnar_lines import BatchSigner, ColumnarLines
+from deltaport.server.fast.file_keys import digest_for
 
 
 def choose_format(caps: Capabilities, config: TableConfig) -> str:

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from deltaport.catalog.import_served import import_served
 from deltaport.catalog.store import CatalogDB
-from deltaport.server.config import ConfigError, ServerConfig, load_config
+from deltaport.server.sources.config import ConfigError, ServerConfig, load_config
 
 log = logging.getLogger("deltaport.server")
 
