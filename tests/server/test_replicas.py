@@ -272,7 +272,7 @@ def test_activation_tokens_stay_out_of_the_replicas_logs(replicas):
     count = len(leaked)
     assert count == 0, (
         f"replica A's log holds an activation token in {count} line(s), e.g. {leaked[:1]}: the access log "
-        "(AccessLog in src/deltaport/server/app.py) writes scope['path'], which for the activation page and "
+        "(AccessLog in src/deltaport/server/ops/access_log.py) writes scope['path'], which for the activation page and "
         "the public activation route ends with the token"
     )
 

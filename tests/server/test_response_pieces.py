@@ -6,7 +6,7 @@ import asyncio
 
 import numpy as np
 
-from deltaport.server.app import _PIECE, _pieces
+from deltaport.server.sharing.replies import _PIECE, _pieces
 
 
 def _collect(chunks) -> list:
