@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from deltaport.delta.actions import add_fields, remove_fields  # noqa: E402
+from deltaport.delta.actions import add_fields, remove_fields
 
 PARTITIONS = 1000
 ADDS_PER_COMMIT = 100

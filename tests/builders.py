@@ -32,21 +32,21 @@ from deltaport.dv import (
 )
 
 __all__ = [
-    "make_partitioned_table",
-    "expected_partitioned_rows",
-    "make_cdf_table",
-    "expected_cdf_rows",
-    "make_many_commits_table",
-    "expected_many_commits_ids",
-    "many_commits_delete_versions",
-    "make_dv_table",
-    "DV_TABLE_DELETED_IDS",
     "DV_TABLE_ALL_IDS",
-    "write_dv_commit",
-    "make_timestamp_ntz_table",
+    "DV_TABLE_DELETED_IDS",
     "TIMESTAMP_NTZ_ROWS",
+    "expected_cdf_rows",
+    "expected_many_commits_ids",
+    "expected_partitioned_rows",
     "log_actions",
+    "make_cdf_table",
+    "make_dv_table",
+    "make_many_commits_table",
+    "make_partitioned_table",
+    "make_timestamp_ntz_table",
+    "many_commits_delete_versions",
     "write_commit",
+    "write_dv_commit",
 ]
 
 

@@ -50,7 +50,7 @@ def run(*args: str, env: dict[str, str | None], code: int = 0) -> Result:
     assert result.exit_code == code, (args, result.output, result.exception)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output and ADMIN not in result.output
-    for secret, _ in secrets_used.items():
+    for secret, _ in secrets_used.items():  # noqa: PERF102  # a registry of secrets, not a dict
         assert secret not in result.output
     if code == 1:
         assert result.stdout == "" and result.stderr.startswith("error: "), result.output
@@ -58,7 +58,7 @@ def run(*args: str, env: dict[str, str | None], code: int = 0) -> Result:
     return result
 
 
-@pytest.fixture()
+@pytest.fixture
 def server(tmp_path):
     from servers import RunningServer
 
@@ -227,7 +227,7 @@ def test_partition_options_round_trip(server):
 
 
 @pytest.mark.parametrize(
-    "partitions, properties, expected",
+    ("partitions", "properties", "expected"),
     [
         ([], [], None),
         (
@@ -367,7 +367,7 @@ def test_a_redirect_is_refused_and_the_token_stays_with_the_host_it_was_given_fo
     seen: list[str | None] = []
 
     class Elsewhere(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802  (the standard library's name)
+        def do_GET(self):
             seen.append(self.headers.get("Authorization"))
             self.send_response(200)
             self.end_headers()
@@ -377,7 +377,7 @@ def test_a_redirect_is_refused_and_the_token_stays_with_the_host_it_was_given_fo
             pass
 
     class Redirect(Elsewhere):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.send_response(307)
             self.send_header("Location", f"http://127.0.0.1:{other.server_port}{self.path}")
             self.end_headers()

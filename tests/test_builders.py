@@ -133,7 +133,7 @@ def test_dv_table(tmp_path, inline):
     with pytest.raises(Exception, match="deletionVectors"):
         dt.to_pyarrow_dataset()
 
-    add = [a["add"] for a in log_actions(path, 2) if "add" in a][0]
+    add = next(a["add"] for a in log_actions(path, 2) if "add" in a)
     descriptor = DeletionVectorDescriptor.from_dict(add["deletionVector"])
     assert descriptor.storage_type == ("i" if inline else "u")
     assert read_dv(descriptor, local_read_range(path)).tolist() == DV_TABLE_DELETED_IDS
@@ -146,7 +146,7 @@ def test_write_dv_commit_merges_with_prefix_and_runs(tmp_path):
     path = make_dv_table(tmp_path)
     adds = {a["add"]["path"]: a["add"] for a in log_actions(path, 0) if "add" in a}
     first = next(iter(adds))
-    second = [a["add"]["path"] for a in log_actions(path, 1) if "add" in a][0]
+    second = next(a["add"]["path"] for a in log_actions(path, 1) if "add" in a)
     # A run of rows (run container) in a prefixed DV file on the second file.
     d2 = write_dv_commit(path, second, range(1, 9), prefix="ab")  # ids 11..18
     assert d2.relative_path().startswith("ab/")

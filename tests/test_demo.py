@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from deltaport.delta import DeltaTable, SnapshotCache  # noqa: E402
-from deltaport.demo import (  # noqa: E402
+from deltaport.delta import DeltaTable, SnapshotCache
+from deltaport.demo import (
     DEMO_TABLES,
     _TableWriter,
     build_demo_tables,
@@ -27,7 +27,7 @@ from deltaport.demo import (  # noqa: E402
     file_stats,
     write_commit,
 )
-from deltaport.dv import DeletionVectorDescriptor, local_read_range, read_dv  # noqa: E402
+from deltaport.dv import DeletionVectorDescriptor, local_read_range, read_dv
 
 HOUR = 3_600_000
 T0 = int(dt.datetime(2024, 6, 1, 10, tzinfo=dt.timezone.utc).timestamp() * 1000)
@@ -133,7 +133,7 @@ def test_build_returns_every_table(tables):
         assert deltalake.DeltaTable(path).version() == len(_commits(path)) - 1
 
 
-@pytest.mark.parametrize("name,version", CASES)
+@pytest.mark.parametrize(("name", "version"), CASES)
 def test_version_matches_deltalake_and_expected_rows(tables, name, version):
     path = tables[name]
     dl = deltalake.DeltaTable(path, version=version)

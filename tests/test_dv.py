@@ -440,7 +440,7 @@ def test_with_short_dv():
 
 
 @needs_tables
-@pytest.mark.parametrize("name, last", [("cdf-table-with-dv", 6), ("cdf-table-with-cdc-and-dvs", 25)])
+@pytest.mark.parametrize(("name", "last"), [("cdf-table-with-dv", 6), ("cdf-table-with-cdc-and-dvs", 25)])
 def test_every_dv_of_cdf_tables_matches_deltalake(name, last):
     table = TABLES / name
     log = table / "_delta_log"

@@ -644,7 +644,7 @@ def test_engine_block(world, tmp_path, monkeypatch):
     )
     steps = run_python(code, {"hint": HINT})
     live = _live_paths(world)
-    version, protocol, metadata, num_files, size = step(steps, "snap.version, ").value
+    version, _protocol, metadata, num_files, size = step(steps, "snap.version, ").value
     assert (version, num_files, metadata.partition_columns) == (5, len(live), ("region",))
     assert size == sum((world / "orders" / p).stat().st_size for p in live)
     assert step(steps, "snap.files()").value.num_rows == len(live)

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from deltaport.dv import inline_dv, write_dv_file
 
-__all__ = ["build_demo_tables", "DEMO_TABLES"]
+__all__ = ["DEMO_TABLES", "build_demo_tables"]
 
 #: Name -> one-line description of every demo table.
 DEMO_TABLES = {

@@ -40,19 +40,19 @@ __all__ = [
     "BITMAP_MAGIC",
     "DV_FILE_FORMAT_VERSION",
     "DeletionVectorDescriptor",
-    "z85_encode",
-    "z85_decode",
-    "encode_uuid",
-    "decode_uuid",
     "decode_bitmap",
+    "decode_uuid",
+    "dv_file_bytes",
     "encode_bitmap",
-    "read_dv",
+    "encode_uuid",
+    "inline_dv",
     "keep_mask",
     "local_read_range",
-    "dv_file_bytes",
+    "read_dv",
     "write_dv_file",
     "write_dv_file_many",
-    "inline_dv",
+    "z85_decode",
+    "z85_encode",
 ]
 
 BITMAP_MAGIC = 1681511377
@@ -335,7 +335,7 @@ def encode_bitmap(rows: Iterable[int] | np.ndarray) -> bytes:
     keys, starts = np.unique(highs, return_index=True)
     if keys.size and keys[-1] > 0x7FFFFFFF:
         raise ValueError("row index too large for a deletion vector")
-    bounds = list(starts) + [arr.size]
+    bounds = [*list(starts), arr.size]
     out = [struct.pack("<iq", BITMAP_MAGIC, int(keys.size))]
     for i, key in enumerate(keys):
         low = (arr[bounds[i] : bounds[i + 1]] & np.uint64(0xFFFFFFFF)).astype(np.uint32)

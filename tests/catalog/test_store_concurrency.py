@@ -90,9 +90,8 @@ def test_a_constraint_violation_is_already_exists_without_the_drivers_text(store
     the caller's message, and nothing of the driver's (which quotes the row) is kept."""
     store.create_share("sales")
     duplicate = sa.insert(tables.shares).values(share_id="x", name="SALES", name_lc="sales", created_at=0, updated_at=0)
-    with store._engine.connect() as conn, pytest.raises(AlreadyExists) as info:
-        with conn.begin():
-            write_unique(Tx(conn, 0), duplicate, "share 'SALES' already exists")
+    with store._engine.connect() as conn, pytest.raises(AlreadyExists) as info, conn.begin():
+        write_unique(Tx(conn, 0), duplicate, "share 'SALES' already exists")
     assert info.value.message == "share 'SALES' already exists"
     assert info.value.__cause__ is None and info.value.__suppress_context__
     assert info.value.detail is None

@@ -126,7 +126,7 @@ def test_the_activation_ttl_is_the_stores(catalog_url, clock, secrets_used):
 
 def test_rotation_brings_expiries_forward_never_back(store, make, activate, clock, secrets_used):
     _, first = make("alice", expiration_time=clock.ms + 10 * DAY_MS)
-    _, bearer1, _ = activate(first)
+    _, _bearer1, _ = activate(first)
     info, second = store.rotate_token("alice", 3600)
     secrets_used.add(second, label="rotated activation token")
     old, new = info.tokens

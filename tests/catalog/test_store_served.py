@@ -80,7 +80,7 @@ def test_a_schema_object_serves_every_table_of_the_schema_now_and_later(lake):
 
 
 def test_a_table_object_wins_over_a_schema_expansion_of_the_same_name(lake):
-    store, orders = lake
+    store, _orders = lake
     store.update_share(
         "sales",
         updates=add(

@@ -43,7 +43,7 @@ def _rest(body: bytes) -> tuple[RestClient, RecordingTransport]:
 
 
 @pytest.mark.parametrize("call", sorted(CALLS))
-@pytest.mark.parametrize("body, problem", BAD_LISTINGS)
+@pytest.mark.parametrize(("body", "problem"), BAD_LISTINGS)
 def test_malformed_listing_is_one_line_with_the_endpoint(call, body, problem):
     invoke, what = CALLS[call]
     rest, transport = _rest(body)
@@ -58,7 +58,7 @@ def test_malformed_listing_is_one_line_with_the_endpoint(call, body, problem):
 
 
 @pytest.mark.parametrize(
-    "body, problem",
+    ("body", "problem"),
     [
         (b'[{"share": {"name": "s"}}]', "the body is a JSON array, not an object"),
         (b"{}", "'share' is a JSON null, not an object"),

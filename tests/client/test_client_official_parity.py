@@ -83,7 +83,7 @@ def test_parquet_format_same_rows_as_the_official_client(table_url, table_paths,
 
 
 @pytest.mark.parametrize(
-    "name, limit, use_delta_format",
+    ("name", "limit", "use_delta_format"),
     [
         ("partitioned", 2, None),
         ("partitioned", 0, None),
@@ -122,7 +122,7 @@ def test_version_and_timestamp_same_rows_as_the_official_client(table_url, table
 
 
 @pytest.mark.parametrize(
-    "name, hint",
+    ("name", "hint"),
     [
         (
             "partitioned",
@@ -170,7 +170,7 @@ def test_official_client_cannot_read_some_tables_that_deltaport_reads(table_url)
 # --- change data feed ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", CDF_FROM_0 + ["demo_events_cdf"])
+@pytest.mark.parametrize("name", [*CDF_FROM_0, "demo_events_cdf"])
 def test_changes_same_rows_as_the_official_client_delta_format(table_url, name):
     ours = ds.load_table_changes_as_pandas(table_url(name), starting_version=0, use_delta_format=True)
     theirs = delta_sharing.load_table_changes_as_pandas(table_url(name), starting_version=0, use_delta_format=True)

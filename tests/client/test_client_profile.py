@@ -116,7 +116,7 @@ def test_profile_v2_types():
 
 
 @pytest.mark.parametrize(
-    "body, needle",
+    ("body", "needle"),
     [
         (
             {"shareCredentialsVersion": 3, "endpoint": "http://h", "bearerToken": "t"},

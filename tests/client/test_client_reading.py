@@ -20,7 +20,8 @@ pytest_plugins = ["client_fixtures"]
 
 DV_TABLES = ["dv", "dv_cdf", "multipart", "short_dv", "cdc_dv", "built_dv", "built_dv_inline", "demo_customers_dv"]
 #: tables deltalake reads as an oracle (it refuses the rest, e.g. type widening or variant)
-ORACLE_TABLES = sorted(set(CORPUS) - {"cm_partition"}) + [
+ORACLE_TABLES = [
+    *sorted(set(CORPUS) - {"cm_partition"}),
     "demo_sales",
     "demo_events_cdf",
     "demo_customers_dv",

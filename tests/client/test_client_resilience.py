@@ -46,7 +46,7 @@ def _ndjson(response: httpx.Response, lines: list[bytes]) -> httpx.Response:
 # --- pagination -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, max_files", [("sidecars", 2), ("demo_sales", 2), ("built_dv", 1)])
+@pytest.mark.parametrize(("name", "max_files"), [("sidecars", 2), ("demo_sales", 2), ("built_dv", 1)])
 def test_max_files_pages_give_the_unpaged_result(table_url, recording, name, max_files):
     whole = ds.load_as_pandas(table_url(name))
     paged = ds.load_as_pandas(table_url(name), max_files=max_files, transport=recording)
@@ -70,7 +70,7 @@ def test_changes_pages_give_the_unpaged_result(table_url, recording):
 
 def test_capabilities_ask_for_end_stream_actions(table_url, recording):
     ds.load_as_pandas(table_url("partitioned"), transport=recording)
-    query = [r for r in recording.requests if _is_query(r)][0]
+    query = next(r for r in recording.requests if _is_query(r))
     assert "includeendstreamaction=true" in query.headers["delta-sharing-capabilities"]
     assert "responseformat=delta,parquet" in query.headers["delta-sharing-capabilities"]
 
@@ -101,7 +101,7 @@ def test_end_stream_error_message_raises(table_url, recording):
     def fail_mid_stream(request):
         response, lines = _real(recording, request)
         error = orjson.dumps({"endStreamAction": {"errorMessage": "INTERNAL_ERROR: the store went away"}})
-        return _ndjson(response, lines[:3] + [error])
+        return _ndjson(response, [*lines[:3], error])
 
     recording.add_rule(_is_query, fail_mid_stream)
     with pytest.raises(IncompleteResponse) as err:

@@ -16,12 +16,12 @@ BODY = bytes(range(256)) * 4096  # 1 MiB
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    seen: list = []
+    seen: list = []  # noqa: RUF012  # shared by the handler instances of one test server, on purpose
 
     def log_message(self, *args) -> None:  # quiet
         pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         type(self).seen.append((self.path, dict(self.headers), self.client_address[1]))
         if self.path.startswith("/redirect"):
             self.send_response(302)
@@ -115,9 +115,8 @@ def test_redirects_and_errors(http_server):
 
 
 def test_connection_failures_are_httpx_errors():
-    with file_http_client() as http:
-        with pytest.raises(httpx.ConnectError):
-            http.get("http://127.0.0.1:9/nothing")
+    with file_http_client() as http, pytest.raises(httpx.ConnectError):
+        http.get("http://127.0.0.1:9/nothing")
 
 
 def test_proxies_from_the_environment_use_httpx(monkeypatch, http_server):

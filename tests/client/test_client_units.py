@@ -23,7 +23,7 @@ UTC = dt.timezone.utc
 
 
 @pytest.mark.parametrize(
-    "text, typ, expected",
+    ("text", "typ", "expected"),
     [
         ("12", pa.int32(), 12),
         ("-3", pa.int64(), -3),
@@ -222,7 +222,7 @@ def test_page_parser_accepts_both_formats():
 
 
 @pytest.mark.parametrize(
-    "lines, needle",
+    ("lines", "needle"),
     [
         ([FILE], "before protocol and metaData"),
         ([PROTOCOL, METADATA, b"{not json"], "not JSON"),

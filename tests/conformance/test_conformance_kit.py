@@ -111,7 +111,7 @@ def test_every_check_passes_against_deltaport_run_as_the_command(many_files, tmp
     assert list(checks) == [c.name for c in CHECKS]
     assert failed(checks) == set(), out.stdout
     ran = {name for name, r in checks.items() if r["status"] == "PASS"}
-    assert NEEDS_PARTITIONS | NEEDS_HISTORY | NEEDS_CHANGES | NEEDS_PAGES <= ran, out.stdout
+    assert ran >= NEEDS_PARTITIONS | NEEDS_HISTORY | NEEDS_CHANGES | NEEDS_PAGES, out.stdout
     assert {r["status"] for r in checks.values()} == {"PASS"}, out.stdout
     assert "kit.default.cdf" in checks["changes-parquet"]["detail"]
     assert "kit.default.partitioned" in checks["predicate-hints"]["detail"]
@@ -156,7 +156,7 @@ async def _forward(app, scope, receive, send, *, body: Callable[[bytes], bytes] 
             return
         new = body(b"".join(parts))
         headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-        await send({**start, "headers": headers + [(b"content-length", str(len(new)).encode())]})
+        await send({**start, "headers": [*headers, (b"content-length", str(len(new)).encode())]})
         await send({"type": "http.response.body", "body": new})
 
     await app(scope, receive, rewrite)

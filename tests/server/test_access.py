@@ -26,7 +26,7 @@ ALICE_LIST = ("10.0.0.0/8", "203.0.113.7", "2001:db8::/32")
 
 
 @pytest.mark.parametrize(
-    "ip, allowed",
+    ("ip", "allowed"),
     [
         ("10.1.2.3", True),
         ("10.255.255.255", True),
@@ -87,7 +87,7 @@ PROXIES = IpAllowList.parse(["127.0.0.1", "10.0.0.0/8", "fd00::/8"])
 
 
 @pytest.mark.parametrize(
-    "scope, expected",
+    ("scope", "expected"),
     [
         (_scope("192.0.2.1", "203.0.113.7"), "192.0.2.1"),  # an untrusted peer's header proves nothing
         (_scope("127.0.0.1"), "127.0.0.1"),  # a trusted peer that forwards nothing: the peer
@@ -206,7 +206,7 @@ def test_a_recipient_is_served_from_its_addresses(behind_proxy, path, ip):
 
 
 @pytest.mark.parametrize(
-    "ip, named",
+    ("ip", "named"),
     [
         ("192.0.2.1", "192.0.2.1"),
         ("203.0.113.8", "203.0.113.8"),

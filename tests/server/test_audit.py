@@ -117,7 +117,7 @@ def test_a_download_s_event_names_the_table_and_the_bytes_sent(audited):
 
 
 @pytest.mark.parametrize(
-    "method, path, action",
+    ("method", "path", "action"),
     [
         ("GET", P + "/shares", "listShares"),
         ("GET", P + "/shares/corpus", "getShare"),
@@ -176,7 +176,7 @@ def test_the_audit_file_holds_no_token_and_no_url_signature(audited):
 
 
 @pytest.mark.parametrize(
-    "given, echoed",
+    ("given", "echoed"),
     [
         ("abc-123_X.y", True),
         ("a" * 64, True),

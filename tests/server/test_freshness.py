@@ -41,7 +41,7 @@ class _SlowListing:
         return listed
 
 
-@pytest.fixture()
+@pytest.fixture
 def served(tmp_path):
     path = str(tmp_path / "t")
     deltalake.write_deltalake(path, pa.table({"x": [1, 2, 3]}))

@@ -87,7 +87,7 @@ def _error(message: str = "no such table") -> bytes:
 
 
 @pytest.mark.parametrize(
-    "answer, problem",
+    ("answer", "problem"),
     [
         (_Answer(500, _error()), "server error 500"),
         (_Answer(503, _error(), {"retry-after": ["5"]}), "server error 503"),

@@ -68,7 +68,7 @@ def clients():
             s.stop()
 
 
-@pytest.mark.parametrize("method, url, headers", CASES, ids=[f"{m} {u[len(T) :] or u}" for m, u, _ in CASES])
+@pytest.mark.parametrize(("method", "url", "headers"), CASES, ids=[f"{m} {u[len(T) :] or u}" for m, u, _ in CASES])
 def test_hot_answers_are_the_routes_answers(clients, method, url, headers):
     hot, routed = clients
     for _ in range(2):  # cold, then with the snapshot cached

@@ -41,7 +41,7 @@ def _memory_store_with(table_dir):
     return ObstoreStore("memory:///shared/t", _store=memory)
 
 
-@pytest.fixture()
+@pytest.fixture
 def app_parts():
     store = _memory_store_with(TABLES / "basic_partitioned")
     opened: list[str] = []

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import delta_sharing
 import pytest
-from conftest import TABLES  # noqa: E402
-from servers import RunningServer  # noqa: E402
+from conftest import TABLES
+from servers import RunningServer
 
-from deltaport.server import create_app, parse_config  # noqa: E402
+from deltaport.server import create_app, parse_config
 
 S3_TABLES = {
     "dv": "table-with-dv-small",
@@ -68,10 +68,10 @@ def _sorted(df, cols):
 
 
 @pytest.mark.parametrize(
-    "name,fmt", [("partitioned", None), ("partitioned", False), ("dv", None), ("cm", True), ("cdf", False)]
+    ("name", "fmt"), [("partitioned", None), ("partitioned", False), ("dv", None), ("cm", True), ("cdf", False)]
 )
 def test_load_from_s3(s3_profile, name, fmt):
-    profile, moto = s3_profile
+    profile, _moto = s3_profile
     df = delta_sharing.load_as_pandas(f"{profile}#s3.d.{name}", use_delta_format=fmt)
     expected = _oracle(name)
     cols = list(expected.columns)
@@ -82,7 +82,7 @@ def test_urls_point_at_the_store_presigned(s3_profile):
     profile, moto = s3_profile
     import httpx
 
-    endpoint = json.load(open(profile))["endpoint"]
+    endpoint = json.loads(Path(profile).read_text())["endpoint"]
     r = httpx.post(
         endpoint + "/shares/s3/schemas/d/tables/partitioned/query",
         json={},
@@ -119,7 +119,7 @@ def az_profile(azurite, tmp_path_factory):
     server.stop()
 
 
-@pytest.mark.parametrize("name,fmt", [("partitioned", None), ("partitioned", True), ("dv", None), ("cdf", False)])
+@pytest.mark.parametrize(("name", "fmt"), [("partitioned", None), ("partitioned", True), ("dv", None), ("cdf", False)])
 def test_load_from_azurite(az_profile, name, fmt):
     profile, _ = az_profile
     df = delta_sharing.load_as_pandas(f"{profile}#az.d.{name}", use_delta_format=fmt)
@@ -135,7 +135,7 @@ def test_azure_sas_urls_are_checked(az_profile):
     profile, azurite = az_profile
     import httpx
 
-    endpoint = json.load(open(profile))["endpoint"]
+    endpoint = json.loads(Path(profile).read_text())["endpoint"]
     r = httpx.post(
         endpoint + "/shares/az/schemas/d/tables/partitioned/query",
         json={},

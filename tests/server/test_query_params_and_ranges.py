@@ -31,7 +31,7 @@ def test_misspelt_version_on_metadata_names_the_parameter_and_the_accepted_ones(
 
 
 @pytest.mark.parametrize(
-    "path,params,unknown,route,accepted",
+    ("path", "params", "unknown", "route", "accepted"),
     [
         ("/shares", {"maxResult": 1}, "'maxResult'", "shares", "maxResults, pageToken"),
         ("/shares/corpus", {"x": 1}, "'x'", "{share}", "none"),

@@ -249,7 +249,7 @@ def test_deltaport_serve_output_holds_no_token_and_no_url_signature(tmp_path):
                 time.sleep(0.2)
         auth = {"Authorization": f"Bearer {ALICE}"}
         r = httpx.post(base + S + "/t/query", json={}, headers=auth)
-        url = [x["file"]["url"] for x in _lines(r) if "file" in x][0]
+        url = next(x["file"]["url"] for x in _lines(r) if "file" in x)
         assert httpx.get(url).status_code == 200 and httpx.head(url).status_code == 200
         assert httpx.get(url.replace("X-Amz-Expires=3600", "X-Amz-Expires=3601")).status_code == 403
         assert httpx.get(base + S + "/t/version", headers=auth).status_code == 200

@@ -29,11 +29,11 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import cryptography  # noqa: F401
 import obstore  # noqa: F401
 import pytest
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import padding  # noqa: E402
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding
 
-from deltaport.signing import ObstoreSigner  # noqa: E402
-from deltaport.storage import store_for  # noqa: E402
+from deltaport.signing import ObstoreSigner
+from deltaport.storage import store_for
 
 # A throwaway RSA-2048 key made for this test only; it signs nothing but these URLs.
 KEY_PEM = """\

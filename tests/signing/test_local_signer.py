@@ -157,7 +157,7 @@ def _forged(raw_path: str, *, host="sharing.example.com:8443", secret=SECRET) ->
 
 
 @pytest.mark.parametrize(
-    "raw_path,problem",
+    ("raw_path", "problem"),
     [
         ("/delta-sharing/files/share.schema.table/../../etc/passwd", "leave the table root"),
         ("/delta-sharing/files/share.schema.table/%2E%2E/%2E%2E/etc/passwd", "leave the table root"),

@@ -9,7 +9,7 @@ from urllib.parse import quote, urlsplit
 
 import boto3
 import pytest
-from botocore.config import Config  # noqa: E402
+from botocore.config import Config
 
 from deltaport.errors import PermissionDenied
 from deltaport.signing.sigv4 import SigV4Presigner, derive_signing_key, uri_encode_path, verify_presigned
@@ -207,7 +207,7 @@ def _tamper_param(url: str, name: str, value: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "name,value",
+    ("name", "value"),
     [
         ("X-Amz-Expires", "601"),
         ("X-Amz-Expires", "3600"),

@@ -135,7 +135,7 @@ def test_timestamp_as_of(spark, sharing):
         ).count()
 
 
-@pytest.mark.parametrize("table, start, end", [("events_cdf", 0, 3), ("events_cdf", 2, 2), ("cdf", 0, None)])
+@pytest.mark.parametrize(("table", "start", "end"), [("events_cdf", 0, 3), ("events_cdf", 2, 2), ("cdf", 0, None)])
 def test_change_feed_matches_official_client(spark, sharing, table, start, end):
     url = sharing.url(table)
     reader = spark.read.format("deltaSharing").option("readChangeFeed", "true").option("startingVersion", start)

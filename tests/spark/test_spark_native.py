@@ -215,7 +215,7 @@ def test_two_pipelines_staging_one_cache_at_once(spark, corpus, cache):
     def pipeline() -> None:
         try:
             results.append(stage(spark, url, stagingLocation=cache).dataframe.count())
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=pipeline) for _ in range(2)]

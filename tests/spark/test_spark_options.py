@@ -72,7 +72,7 @@ def test_defaults_and_values():
 
 
 @pytest.mark.parametrize(
-    "options, message",
+    ("options", "message"),
     [
         ({"versionAsOf": -1}, "non-negative"),
         ({"versionAsOf": "x"}, "non-negative"),

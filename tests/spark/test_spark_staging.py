@@ -100,7 +100,7 @@ def test_entries_appear_whole_and_are_checked_by_size_or_footer(tmp_path):
     write = area.write("t/a.parquet")
     write.write(b"x" * 10)
     assert not area.valid("t/a.parquet", 10)  # not there before the commit
-    assert [p.name for p in (Path(area.base) / "t").iterdir()][0].startswith(".tmp-")
+    assert next(p.name for p in (Path(area.base) / "t").iterdir()).startswith(".tmp-")
     write.commit()
     assert area.valid("t/a.parquet", 10) and not area.valid("t/a.parquet", 11)
     footer = b"data" + (4).to_bytes(4, "little") + b"PAR1"
@@ -221,7 +221,7 @@ def test_a_refused_url_is_renewed_from_the_server(tmp_path, plan, sharing):
 
 
 def test_a_vanished_file_is_an_error_naming_the_cause(tmp_path, plan):
-    files, refresh = plan
+    files, _refresh = plan
     action = files.files[0]
     gone = dataclasses.replace(action, url=action.url.replace(".parquet?", "-gone.parquet?"))
     with pytest.raises((FileDownloadError, UrlExpired)):

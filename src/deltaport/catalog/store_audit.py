@@ -162,7 +162,9 @@ def audit_events(
             event_id = block_id << _PLACE_BITS | place
             if event_id <= after or any(event[key] != value for key, value in wanted.items()):
                 continue
-            if since_ms is not None and event["time"] < since_ms or until_ms is not None and event["time"] >= until_ms:
+            if (since_ms is not None and event["time"] < since_ms) or (
+                until_ms is not None and event["time"] >= until_ms
+            ):
                 continue
             if share_key is not None and (event["share"] is None or name_key(event["share"]) != share_key):
                 continue

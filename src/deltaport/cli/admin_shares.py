@@ -137,7 +137,7 @@ def create_share(
 def list_shares(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """List the shares."""
     columns = [("name", lambda s: s.get("name")), ("comment", lambda s: s.get("comment"))]
-    listing(ctx, as_json, "/shares", "shares", columns + [("created", lambda s: when(s.get("created_at")))])
+    listing(ctx, as_json, "/shares", "shares", [*columns, ("created", lambda s: when(s.get("created_at")))])
 
 
 @shares_app.command("get")

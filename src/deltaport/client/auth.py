@@ -26,9 +26,9 @@ from deltaport.errors import Unauthenticated
 
 __all__ = [
     "AuthProvider",
+    "BasicAuth",
     "BearerTokenAuth",
     "OAuthClientCredentials",
-    "BasicAuth",
     "auth_for_profile",
     "clear_oauth_cache",
 ]

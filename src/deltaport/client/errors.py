@@ -11,14 +11,14 @@ from __future__ import annotations
 from deltaport.errors import DeltaportError, PermissionDenied, Unauthenticated
 
 __all__ = [
-    "SharingServerError",
-    "IncompleteResponse",
-    "ProfileError",
-    "InvalidTableUrl",
-    "TokenExpired",
-    "FileDownloadError",
-    "UrlExpired",
     "ConnectionFailed",
+    "FileDownloadError",
+    "IncompleteResponse",
+    "InvalidTableUrl",
+    "ProfileError",
+    "SharingServerError",
+    "TokenExpired",
+    "UrlExpired",
 ]
 
 _HINTS = {

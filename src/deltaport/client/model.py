@@ -18,16 +18,16 @@ from deltaport.client.errors import IncompleteResponse
 from deltaport.protocol.capabilities import DELTA, PARQUET
 
 __all__ = [
-    "Share",
-    "Schema",
-    "Table",
-    "Format",
-    "Protocol",
-    "Metadata",
-    "FileAction",
     "EndStreamAction",
-    "ResponsePage",
+    "FileAction",
+    "Format",
+    "Metadata",
     "PageParser",
+    "Protocol",
+    "ResponsePage",
+    "Schema",
+    "Share",
+    "Table",
     "pair_deletion_vector_changes",
 ]
 

@@ -29,10 +29,10 @@ from deltaport.isotime import iso_to_epoch_ms
 __all__ = [
     "DeltaSharingProfile",
     "ProfileSource",
-    "read_profile",
-    "parse_url",
-    "parse_table_name",
     "parse_iso_timestamp",
+    "parse_table_name",
+    "parse_url",
+    "read_profile",
 ]
 
 CURRENT_VERSION = 2

@@ -26,7 +26,7 @@ from deltaport.client.schema import CHANGE_COLUMNS, ColumnSpec, TableInfo, parse
 from deltaport.client.transport import file_http_client
 from deltaport.dv import DeletionVectorDescriptor, keep_mask, read_dv
 
-__all__ = ["read_file", "read_change_file", "download", "conform", "row_mask", "DEFAULT_DOWNLOAD_RETRY"]
+__all__ = ["DEFAULT_DOWNLOAD_RETRY", "conform", "download", "read_change_file", "read_file", "row_mask"]
 
 DEFAULT_DOWNLOAD_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
 _CHANGE_NAMES = tuple(name for name, _ in CHANGE_COLUMNS)

@@ -41,14 +41,14 @@ from deltaport.protocol.lines import VERSION_HEADER
 from deltaport.protocol.requests import QueryRequest
 
 __all__ = [
-    "RestClient",
-    "QueryOptions",
-    "ChangesOptions",
-    "QueryResult",
-    "MetadataResult",
     "AUTO",
     "DELTA",
     "PARQUET",
+    "ChangesOptions",
+    "MetadataResult",
+    "QueryOptions",
+    "QueryResult",
+    "RestClient",
     "capabilities_header",
 ]
 

@@ -11,7 +11,7 @@ import httpx
 
 from deltaport.client.errors import ConnectionFailed
 
-__all__ = ["RetryPolicy", "NO_RETRY", "is_retryable_status", "call_with_retries"]
+__all__ = ["NO_RETRY", "RetryPolicy", "call_with_retries", "is_retryable_status"]
 
 T = TypeVar("T")
 

@@ -23,12 +23,12 @@ from deltaport.client.model import Metadata, Protocol
 from deltaport.errors import UnsupportedTableFeature
 
 __all__ = [
-    "TableInfo",
-    "ColumnSpec",
-    "delta_to_arrow",
-    "parse_partition_value",
     "CHANGE_COLUMNS",
     "SUPPORTED_READER_FEATURES",
+    "ColumnSpec",
+    "TableInfo",
+    "delta_to_arrow",
+    "parse_partition_value",
 ]
 
 PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"

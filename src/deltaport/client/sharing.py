@@ -36,20 +36,20 @@ from deltaport.client.schema import TableInfo
 from deltaport.client.transport import file_http_client
 
 __all__ = [
+    "ReadOptions",
     "SharingClient",
-    "load_as_pandas",
-    "load_as_arrow",
-    "load_as_polars",
-    "load_as_arrow_reader",
-    "load_table_changes_as_pandas",
-    "load_table_changes_as_arrow",
-    "load_table_changes_as_polars",
-    "load_as_spark",
-    "load_table_changes_as_spark",
-    "get_table_version",
     "get_table_metadata",
     "get_table_protocol",
-    "ReadOptions",
+    "get_table_version",
+    "load_as_arrow",
+    "load_as_arrow_reader",
+    "load_as_pandas",
+    "load_as_polars",
+    "load_as_spark",
+    "load_table_changes_as_arrow",
+    "load_table_changes_as_pandas",
+    "load_table_changes_as_polars",
+    "load_table_changes_as_spark",
 ]
 
 

@@ -6,4 +6,4 @@ from deltaport.delta.table import DeltaTable
 from deltaport.delta.table_changes import CommitChanges
 from deltaport.delta.table_config import TableConfig
 
-__all__ = ["DeltaTable", "Snapshot", "SnapshotCache", "CommitChanges", "TableConfig"]
+__all__ = ["CommitChanges", "DeltaTable", "Snapshot", "SnapshotCache", "TableConfig"]

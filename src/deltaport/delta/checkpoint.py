@@ -303,4 +303,4 @@ def checkpoint_metadata_only(store: ObjectStore, parts: list[LogFile], *, table:
     return out
 
 
-__all__ = ["CheckpointData", "read_checkpoint", "checkpoint_metadata_only", "adds_from_struct"]
+__all__ = ["CheckpointData", "adds_from_struct", "checkpoint_metadata_only", "read_checkpoint"]

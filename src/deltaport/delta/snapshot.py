@@ -136,4 +136,4 @@ def _nbytes(value: Any) -> int:
     return 0
 
 
-__all__ = ["Snapshot", "KEY"]
+__all__ = ["KEY", "Snapshot"]

@@ -278,7 +278,7 @@ def _float_domains(value: float, single: bool) -> list[_Domain] | None:
 
 
 def _decimal_domain(value: Decimal, integer_digits: int, scale: int) -> list[_Domain] | None:
-    sign, digits, exponent = value.normalize().as_tuple()
+    _sign, digits, exponent = value.normalize().as_tuple()
     assert isinstance(exponent, int)
     value_scale = max(0, -exponent)
     value_integer_digits = max(0, len(digits) + exponent)

@@ -354,7 +354,7 @@ def decimal_fits(number: Decimal, precision: int, scale: int) -> bool:
     """True if ``number`` is finite and exactly representable as ``decimal(precision, scale)``."""
     if not number.is_finite():
         return False
-    sign, digits, exponent = number.as_tuple()
+    _sign, _digits, exponent = number.as_tuple()
     assert isinstance(exponent, int)
     fraction_digits = max(0, -exponent)
     if fraction_digits > scale:

@@ -141,12 +141,11 @@ class QueryRequest:
                 + ", ".join(sorted(_QUERY_FIELDS - {"queryDeltaLog", "requested_columns", "requestedColumns"}))
             )
         hints = body.get("predicateHints")
-        if hints is not None:
-            if not isinstance(hints, list) or not all(isinstance(h, str) for h in hints):
-                raise MalformedRequest(
-                    "Expected an array for repeated field predicateHints of QueryTableRequest: "
-                    "'predicateHints' must be a list of strings"
-                )
+        if hints is not None and (not isinstance(hints, list) or not all(isinstance(h, str) for h in hints)):
+            raise MalformedRequest(
+                "Expected an array for repeated field predicateHints of QueryTableRequest: "
+                "'predicateHints' must be a list of strings"
+            )
         req = cls(
             predicate_hints=tuple(hints or ()),
             json_predicate_hints=_str(body, "jsonPredicateHints"),

@@ -8,9 +8,9 @@ __all__ = [
     "AuditSink",
     "JsonLinesAuditSink",
     "ServerConfig",
+    "create_app",
     "load_config",
     "parse_config",
-    "create_app",
 ]
 
 

@@ -31,9 +31,9 @@ from deltaport.signing.base import MAX_EXPIRES_IN, check_expires_in
 
 __all__ = [
     "ALGORITHM",
-    "BatchSigning",
     "MAX_EXPIRES_IN",
     "UNSIGNED_PAYLOAD",
+    "BatchSigning",
     "SigV4Presigner",
     "canonical_host",
     "derive_signing_key",

@@ -39,7 +39,7 @@ from deltaport.client.transport import file_http_client
 from deltaport.spark.remote import Refresh
 from deltaport.spark.staging import CacheArea, open_area
 
-__all__ = ["StageTask", "StageReport", "stage_files", "stage_on_executors"]
+__all__ = ["StageReport", "StageTask", "stage_files", "stage_on_executors"]
 
 CHUNK = 8 << 20
 DEFAULT_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)

@@ -135,8 +135,7 @@ def _literal(value: Any, value_type: str) -> Literal:
     elif value_type == "date":
         if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
             return Literal(value, value_type)
-    elif value_type == "timestamp":
-        if isinstance(value, dt.datetime):
-            aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
-            return Literal(aware.astimezone(dt.timezone.utc), value_type)
+    elif value_type == "timestamp" and isinstance(value, dt.datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
+        return Literal(aware.astimezone(dt.timezone.utc), value_type)
     raise _Skip()

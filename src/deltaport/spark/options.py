@@ -23,11 +23,11 @@ __all__ = [
     "ReadOptions",
     "StagingOptions",
     "TableUrl",
+    "check_option_names",
+    "parse_duration",
+    "parse_size",
     "parse_table_url",
     "to_utc_instant",
-    "parse_size",
-    "parse_duration",
-    "check_option_names",
 ]
 
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000

@@ -21,7 +21,7 @@ from deltaport.errors import DeltaportError
 from deltaport.spark import remote
 from deltaport.spark.types import cast_array
 
-__all__ = ["FilesPartition", "plan_partitions", "read_partition", "conform"]
+__all__ = ["FilesPartition", "conform", "plan_partitions", "read_partition"]
 
 BATCH_ROWS = 1 << 17
 

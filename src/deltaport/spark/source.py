@@ -17,7 +17,7 @@ from deltaport.spark.remote import Refresh, batch_request
 from deltaport.spark.streaming import DeltaSharingStreamReader
 from deltaport.spark.types import arrow_schema, delta_to_spark, with_cdf_columns
 
-__all__ = ["DeltaSharingDataSource", "DeltaSharingBatchReader", "DeltaSharingFilteringReader", "register"]
+__all__ = ["DeltaSharingBatchReader", "DeltaSharingDataSource", "DeltaSharingFilteringReader", "register"]
 
 NAME = "deltaSharing"
 _PUSHDOWN_PLANNER = "data_source_pushdown_filters.py"

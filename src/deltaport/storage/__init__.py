@@ -14,7 +14,7 @@ from deltaport.errors import StorageError
 from deltaport.storage.base import FileInfo, ObjectStore
 from deltaport.storage.local import LocalStore
 
-__all__ = ["FileInfo", "ObjectStore", "LocalStore", "check_storage_options", "store_for", "is_local", "local_path_of"]
+__all__ = ["FileInfo", "LocalStore", "ObjectStore", "check_storage_options", "is_local", "local_path_of", "store_for"]
 
 #: URL schemes served by obstore, mapped to their canonical scheme.
 OBJECT_STORE_SCHEMES = {

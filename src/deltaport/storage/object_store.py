@@ -21,24 +21,75 @@ DEFAULT_RETRY = {"max_retries": 2, "retry_timeout": dt.timedelta(seconds=10)}
 #: The options each kind of store takes (obstore's S3Config, AzureConfig, GCSConfig), for naming the
 #: valid ones when a key is refused; whether a key is taken is obstore's own answer (``check_options``).
 STORE_KEYS = {
-    "s3": (
-        "access_key_id aws_endpoint_url_s3 bucket checksum_algorithm conditional_put "
-        "container_credentials_relative_uri container_credentials_full_uri container_authorization_token_file "
-        "copy_if_not_exists default_region "
-        "disable_tagging disable_bulk_delete endpoint imdsv1_fallback metadata_endpoint region request_payer role_arn "
-        "role_session_name s3_express secret_access_key server_side_encryption session_token skip_signature "
-        "sse_bucket_key_enabled sse_customer_key_base64 sse_kms_key_id sts_endpoint unsigned_payload "
-        "virtual_hosted_style_request web_identity_token_file"
-    ).split(),
-    "azure": (
-        "account_name account_key client_id client_secret credential_type tenant_id authority_host sas_key token "
-        "use_emulator use_fabric_endpoint encryption_key endpoint msi_endpoint object_id msi_resource_id "
-        "federated_token_file use_azure_cli skip_signature container_name disable_tagging fabric_token_service_url "
-        "fabric_workload_host fabric_session_token fabric_cluster_identifier"
-    ).split(),
-    "gcs": (
-        "service_account service_account_key base_url bearer_token bucket application_credentials skip_signature"
-    ).split(),
+    "s3": [
+        "access_key_id",
+        "aws_endpoint_url_s3",
+        "bucket",
+        "checksum_algorithm",
+        "conditional_put",
+        "container_credentials_relative_uri",
+        "container_credentials_full_uri",
+        "container_authorization_token_file",
+        "copy_if_not_exists",
+        "default_region",
+        "disable_tagging",
+        "disable_bulk_delete",
+        "endpoint",
+        "imdsv1_fallback",
+        "metadata_endpoint",
+        "region",
+        "request_payer",
+        "role_arn",
+        "role_session_name",
+        "s3_express",
+        "secret_access_key",
+        "server_side_encryption",
+        "session_token",
+        "skip_signature",
+        "sse_bucket_key_enabled",
+        "sse_customer_key_base64",
+        "sse_kms_key_id",
+        "sts_endpoint",
+        "unsigned_payload",
+        "virtual_hosted_style_request",
+        "web_identity_token_file",
+    ],
+    "azure": [
+        "account_name",
+        "account_key",
+        "client_id",
+        "client_secret",
+        "credential_type",
+        "tenant_id",
+        "authority_host",
+        "sas_key",
+        "token",
+        "use_emulator",
+        "use_fabric_endpoint",
+        "encryption_key",
+        "endpoint",
+        "msi_endpoint",
+        "object_id",
+        "msi_resource_id",
+        "federated_token_file",
+        "use_azure_cli",
+        "skip_signature",
+        "container_name",
+        "disable_tagging",
+        "fabric_token_service_url",
+        "fabric_workload_host",
+        "fabric_session_token",
+        "fabric_cluster_identifier",
+    ],
+    "gcs": [
+        "service_account",
+        "service_account_key",
+        "base_url",
+        "bearer_token",
+        "bucket",
+        "application_credentials",
+        "skip_signature",
+    ],
 }
 
 

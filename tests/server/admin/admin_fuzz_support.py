@@ -49,7 +49,7 @@ from deltaport.server.admin.activation import ACTIVATION_PAGE
 from deltaport.server.errors import ADMIN_PREFIX
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fuzz_support, one folder up
-from fuzz_support import (  # noqa: E402
+from fuzz_support import (
     PROTOCOL_ERROR,
     TABLES,
     TRACEBACK_MARKS,
@@ -292,10 +292,13 @@ def admin_answer_problems(
     text = "\n".join(f"{k}: {v}" for k, v in headers.items()) + "\n" + body.decode("utf-8", "replace")
     problems += [f"leaks {label}" for label, secret in forbidden.items() if secret in text]
     for path in _PATH.findall(text):
-        if not path.startswith(_URL_PATHS) and not any(path.startswith(a) for a in allowed):
-            if not any(path in s for s in named):
-                problems.append(f"shows a path the request did not name ({len(path)} characters)")
-                break
+        if (
+            not path.startswith(_URL_PATHS)
+            and not any(path.startswith(a) for a in allowed)
+            and not any(path in s for s in named)
+        ):
+            problems.append(f"shows a path the request did not name ({len(path)} characters)")
+            break
     return problems
 
 

@@ -96,7 +96,7 @@ def test_generated_admin_requests_get_unity_catalog_answers(world, fuzz_server):
     print(report)  # shown by pytest when the test fails
     assert tally.failures == [], report + "\n" + "\n".join(str(f) for f in tally.failures[:20])
     documented = {f"{op.method.upper()} {op.path}" for op in fuzzer.operations()}
-    assert ROUTES <= documented  # the admin API is in the server's own document
+    assert documented >= ROUTES  # the admin API is in the server's own document
     assert set(tally.requests) == documented  # and every operation of it was fuzzed
     assert 800 <= tally.total <= 2000, report
     assert tally.seconds < 90, report

@@ -147,7 +147,7 @@ def test_the_store_refuses_numbers_beyond_64_bits_itself(admin):
 
 
 @pytest.mark.parametrize(
-    "path, raw, field",
+    ("path", "raw", "field"),
     [
         ("/shares", b'{"name": "s\\ud800"}', "name"),
         ("/shares", b'{"name": "t", "comment": "\\udc00"}', "comment"),

@@ -59,7 +59,7 @@ def _sdk_debug_log_off():
         logger.setLevel(level)
 
 
-@pytest.fixture()
+@pytest.fixture
 def running(tmp_path):
     from servers import RunningServer
 
@@ -72,7 +72,7 @@ def running(tmp_path):
     server.stop()
 
 
-@pytest.fixture()
+@pytest.fixture
 def w(running) -> WorkspaceClient:
     return WorkspaceClient(host=running.url, token=ADMIN, auth_type="pat")
 

@@ -51,7 +51,7 @@ class Audited:
             assert body["events"], "a page that says more follow is never empty"
 
 
-@pytest.fixture()
+@pytest.fixture
 def audited(tmp_path):
     from servers import RunningServer
 
@@ -223,7 +223,7 @@ def test_forged_expired_or_misused_page_tokens_are_refused(audited):
 
 
 @pytest.mark.parametrize(
-    "params, needle",
+    ("params", "needle"),
     [
         ({"start_time": "yesterday"}, "start_time must be a time in epoch milliseconds"),
         ({"end_time": "1.5"}, "end_time must be a time in epoch milliseconds"),

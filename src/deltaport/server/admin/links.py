@@ -91,7 +91,7 @@ def recipients_base(config: ServerConfig, listener: tuple[str, int] | None = Non
 
     def base(request: Request) -> str:
         host = listen_host
-        if host in ("", "0.0.0.0", "::"):
+        if host in ("", "0.0.0.0", "::"):  # noqa: S104  # which address the listener binds; binds nothing
             host = request.url.hostname or "localhost"
         try:
             if ipaddress.ip_address(host).version == 6:

@@ -15,6 +15,7 @@ Fast form of: hashing each file's id and signing its URL one by one as its line 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import multiprocessing
 import os
@@ -76,7 +77,7 @@ def key_packed(data: bytes, offsets: bytes, id_hash: str | None, uri_mode: str, 
     """:func:`key_files` on paths packed as one buffer and their int64 offsets (cheap to send, and
     cheaper to split than an Arrow array is to turn into Python objects)."""
     ends = memoryview(offsets).cast("q")
-    paths = [data[a:b] for a, b in zip(ends, ends[1:])]
+    paths = [data[a:b] for a, b in itertools.pairwise(ends)]
     return key_files(paths, id_hash=id_hash, uri_mode=uri_mode, batch=batch)
 
 

@@ -27,7 +27,7 @@ from deltaport.delta import DeltaTable, Snapshot
 class _Refreshes:
     """The refresh running for one (table, kind) and the one queued behind it."""
 
-    __slots__ = ("running", "queued")
+    __slots__ = ("queued", "running")
 
     def __init__(self) -> None:
         self.running: asyncio.Future[Any] | None = None

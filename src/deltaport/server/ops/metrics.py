@@ -61,7 +61,7 @@ _METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 def multiprocess_dir() -> str | None:
     """The directory of multi-process mode, or None when each process reports only itself."""
-    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")  # noqa: SIM112  # prometheus_client reads this spelling too
     if not path:
         return None
     if values.ValueClass is values.MutexValue:  # prometheus_client chose its values before the variable was set

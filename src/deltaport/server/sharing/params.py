@@ -43,7 +43,7 @@ async def known_query_params(request: Request) -> None:
     if route is None or not request.scope.get("query_string"):
         return
     accepted = declared_query_params(route)
-    unknown = [k for k in request.query_params.keys() if k not in accepted]
+    unknown = [k for k in request.query_params if k not in accepted]
     if not unknown:
         return
     hints = []

@@ -55,7 +55,7 @@ _WORDS = {
 }
 # the reference server's texts, word for word
 _UNREADABLE = {"page": "Error decoding the page token: {token}.", "refresh": "Error decoding refresh token: {token}."}
-LIST_TOKEN_ERROR = "invalid 'nextPageToken'. Restart the listing without a pageToken."
+LIST_TOKEN_ERROR = "invalid 'nextPageToken'. Restart the listing without a pageToken."  # noqa: S105  # a message
 
 
 class TokenCodec:
