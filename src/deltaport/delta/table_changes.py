@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from deltaport.delta.actions import CommitInfo, Metadata, Protocol, row_to_action
 from deltaport.delta.commit_json import parse_actions, peek_protocol_metadata
@@ -25,6 +26,7 @@ from deltaport.delta.table_config import TableConfig
 from deltaport.errors import (
     ChangeDataNotRecorded,
     ChangesPositionGone,
+    DeltaportError,
     InvalidVersionRange,
     ObjectNotFound,
     TableFilesMissing,
@@ -218,6 +220,7 @@ class TableChanges:
             if self.change_data and not change.config.change_data_feed_enabled:
                 raise self._not_recorded(version)
             config = change.config
+            change = _with_remove_sizes(self.table, change)
             yield dataclasses.replace(change, timestamp=self.history.timestamp_of(version))
 
     def _commit(self, version: int, before: TableConfig | None, *, resumed: bool) -> CommitChanges:
@@ -246,6 +249,23 @@ def _read_commit(
     table.commit_cache.put(key, change)
     table.note_config(version, change.config)
     return change
+
+
+def _with_remove_sizes(table: DeltaTable, change: CommitChanges) -> CommitChanges:
+    """``change`` with a size for each remove the log wrote without one (the field is optional in
+    the log; old writers leave it out): the size of the file it removes, from that file's add in
+    the table as the commit before left it. A file not found there keeps no size."""
+    sizes = change.removes.column("size")
+    if not sizes.null_count or change.version == 0:
+        return change
+    try:
+        live = table.snapshot(change.version - 1).live
+    except DeltaportError:  # the version before is gone with log cleanup, or cannot be read
+        return change
+    at = pc.index_in(change.removes.column("path"), value_set=live.column("path").combine_chunks())
+    filled = pc.coalesce(sizes, pc.take(live.column("size"), at))
+    removes = change.removes.set_column(change.removes.schema.get_field_index("size"), "size", filled)
+    return dataclasses.replace(change, removes=removes)
 
 
 def _checked_end(start: int, end: int | None, latest: int, *, clamp: bool, table: str) -> int:
