@@ -89,3 +89,4 @@ list_audit_events  # unused function (src/deltaport/server/admin/audit_routes.py
 _._storable_text  # unused method (src/deltaport/server/admin/bodies.py:42)
 swagger  # route handler (src/deltaport/server/docs_pages.py)
 redoc  # route handler (src/deltaport/server/docs_pages.py)
+_.configs_remembered  # public property, read by tests (src/deltaport/delta/table.py)

@@ -10,6 +10,7 @@ import pytest
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.delta import table as table_module
+from deltaport.delta.cache import LruMemo
 
 PROTOCOL = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
 METADATA = {
@@ -304,3 +305,16 @@ def test_an_unchanged_log_keeps_its_cached_snapshots(tmp_path):
     assert table.latest_version() == 2
     assert table.cache.get(table.uri, 1) is first
     assert table.snapshot(1) is first
+
+
+def test_lru_memo_keeps_the_most_recently_used():
+    memo: LruMemo[int, str] = LruMemo(2)
+    memo.put(1, "a")
+    memo.put(2, "b")
+    assert memo.get(1) == "a"  # 1 is now the most recent
+    memo.put(3, "c")
+    assert (memo.get(1), memo.get(2), memo.get(3), len(memo)) == ("a", None, "c", 2)
+    memo.put(3, "other", replace=False)
+    assert memo.get(3) == "c"
+    memo.clear()
+    assert len(memo) == 0

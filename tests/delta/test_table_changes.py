@@ -193,3 +193,65 @@ def test_resuming_at_a_commit_removed_by_log_cleanup_names_the_fix(tmp_path):
 def test_features_a_reader_needs_beyond_parquet(name, needs):
     config = DeltaTable(str(TABLES / name), cache=SnapshotCache()).snapshot().config
     assert config.features_beyond_parquet == needs
+
+
+class _ListingStore(_CountingStore):
+    """Counts reads, listings of the log and heads."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.listings = 0
+        self.heads: list[str] = []
+
+    def list_dir(self, directory, start_after=None):
+        self.listings += 1
+        return self._inner.list_dir(directory, start_after=start_after)
+
+    def head(self, path):
+        self.heads.append(path)
+        return self._inner.head(path)
+
+
+def _commit(v: int) -> str:
+    return f"_delta_log/{v:020d}.json"
+
+
+def test_a_reader_resuming_in_a_pinned_range_checks_two_commits_instead_of_listing_the_log(tmp_path):
+    _appends(tmp_path / "t", 6)
+    store = _ListingStore(store_for(str(tmp_path / "t")))
+    table = DeltaTable(str(tmp_path / "t"), store=store, cache=SnapshotCache(), commit_cache=CommitCache())
+    first = TableChanges.try_new(table, 0, 4, change_data=True)
+    listed = store.listings
+    resumed = TableChanges.try_new(table, 0, first.end, change_data=True, resume=2)
+    assert store.listings == listed  # no listing: the one the first read made still holds
+    assert store.heads == [_commit(2), _commit(4)]  # where it resumes, and the range's end
+    assert [c.version for c in resumed.commits(2)] == [2, 3, 4]
+    assert resumed.history is first.history  # the commit timestamps are worked out once per listing
+
+
+def test_a_reader_resuming_after_the_log_was_rewritten_lists_it_again(tmp_path):
+    _appends(tmp_path / "t", 6)
+    store = _ListingStore(store_for(str(tmp_path / "t")))
+    table = DeltaTable(str(tmp_path / "t"), store=store, cache=SnapshotCache(), commit_cache=CommitCache())
+    TableChanges.try_new(table, 0, 4, change_data=True)
+    log = tmp_path / "t" / "_delta_log"
+    lines = (log / f"{4:020d}.json").read_bytes().splitlines()
+    commit_info = next(i for i, line in enumerate(lines) if line.startswith(b'{"commitInfo"'))
+    lines[commit_info] = json.dumps({"commitInfo": {"operation": "WRITE", "rewritten": "yes"}}).encode()
+    for v in (4, 5):  # the log rewritten from version 4 on (another size)
+        (log / f"{v:020d}.json").write_bytes(b"\n".join(lines) + b"\n")
+    listed = store.listings
+    resumed = TableChanges.try_new(table, 0, 4, change_data=True, resume=2)
+    assert store.listings > listed
+    info = [c.commit_info for c in resumed.commits(2)][-1]
+    assert info is not None and info.operation == "WRITE"  # commit 4 as it is now, not the cached parse
+
+
+def test_the_configs_a_feed_notes_are_bounded(tmp_path):
+    _appends(tmp_path / "t", 8)
+    table = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache(), commit_cache=CommitCache(), config_memo_entries=3)
+    changes = TableChanges.try_new(table, 0, change_data=True)
+    assert len(list(changes.commits())) == 8
+    assert table.configs_remembered == 3
+    resumed = TableChanges.try_new(table, 0, changes.end, change_data=True, resume=5)
+    assert [c.version for c in resumed.commits(5)] == [5, 6, 7]  # what was dropped is read again

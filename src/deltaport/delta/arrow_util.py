@@ -27,6 +27,13 @@ def np_array(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(_NP_TO_ARROW[values.dtype], len(values), [None, pa.py_buffer(values)])
 
 
+def binary_array(data: bytes) -> pa.Array:
+    """``data`` as a one-element large_binary array, zero-copy (``pa.scalar(data)`` imports pandas
+    on first use)."""
+    offsets = np.array([0, len(data)], dtype=np.int64)
+    return pa.Array.from_buffers(pa.large_binary(), 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
 def np_bool_array(values: np.ndarray) -> pa.BooleanArray:
     """A numpy bool array as an Arrow boolean array."""
     packed = np.packbits(np.ascontiguousarray(values, dtype=bool), bitorder="little")
@@ -57,3 +64,9 @@ def select_rows(data: Any, mask: np.ndarray) -> Any:
         return pa.concat_tables(pieces) if pieces else data.slice(0, 0)
     chunks = [c for p in pieces for c in p.chunks]
     return pa.chunked_array(chunks, type=data.type)
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` without rows (one empty chunk a column), as ``schema.empty_table()``
+    makes it, which costs ~60 µs a call and imports pandas on first use."""
+    return pa.Table.from_batches([pa.record_batch([pa.nulls(0, f.type) for f in schema], schema=schema)])

@@ -1,11 +1,15 @@
-"""A memory-bounded LRU of snapshots, shared by every table that uses it."""
+"""Bounded memos: an LRU of snapshots shared by every table that uses it, and a small LRU by key."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Generic, TypeVar
 
 from deltaport.delta.snapshot import Snapshot
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class SnapshotCache:
@@ -70,3 +74,37 @@ class SnapshotCache:
     def bytes_held(self) -> int:
         with self._lock:
             return sum(s.nbytes for s in self._items.values())
+
+
+class LruMemo(Generic[K, V]):
+    """At most ``max_entries`` values by key, the least recently used dropped first; thread-safe."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V, *, replace: bool = True) -> None:
+        """Remember ``value`` for ``key``; with ``replace=False`` a value already there is kept."""
+        with self._lock:
+            if key in self._items and not replace:
+                self._items.move_to_end(key)
+                return
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_entries:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)

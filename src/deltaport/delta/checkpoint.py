@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from deltaport.delta.actions import DV_TYPE, TAGS_TYPE, Metadata, Protocol, file_schema
 from deltaport.delta.arrow_util import np_array, select_rows
-from deltaport.delta.commit_json import parse_actions
+from deltaport.delta.commit_json import empty_file_table, parse_actions
 from deltaport.delta.log_path import SIDECAR_DIR, LogFile, LogFileKind
 from deltaport.errors import CorruptLog, DeltaportError, ObjectNotFound
 from deltaport.storage.base import ObjectStore
@@ -239,7 +239,7 @@ def read_checkpoint(
     own metadata" (which needs the column-mapping-aware resolver, passed in by the caller later).
     """
     version = parts[0].version
-    out = CheckpointData(version, file_schema("add", pv_columns or []).empty_table())
+    out = CheckpointData(version, empty_file_table("add", pv_columns or []))
     tables: list[pa.Table] = []
     sidecars: list[dict[str, Any]] = []
     for part in parts:
@@ -276,7 +276,7 @@ def read_checkpoint(
 
 def checkpoint_metadata_only(store: ObjectStore, parts: list[LogFile], *, table: str | None = None) -> CheckpointData:
     """Protocol and metadata of a checkpoint without reading its file actions."""
-    out = CheckpointData(parts[0].version, file_schema("add", []).empty_table())
+    out = CheckpointData(parts[0].version, empty_file_table("add", []))
     for part in parts:
         if part.kind is LogFileKind.CHECKPOINT_V2 and part.fmt == "json":
             af = parse_actions(store.read(part.path), [], where=part.path, table=table)

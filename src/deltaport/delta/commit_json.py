@@ -9,6 +9,7 @@ per-line parser, which is exact and names the offending line.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from deltaport.delta.actions import (
     file_schema,
     partition_values_type,
 )
-from deltaport.delta.arrow_util import np_array, np_bool_array
+from deltaport.delta.arrow_util import binary_array, empty_table, np_array, np_bool_array
 from deltaport.errors import CorruptLog
 
 FILE_KINDS = ("add", "remove", "cdc")
@@ -57,7 +58,13 @@ class ActionFile:
 
 
 def empty_file_table(kind: str, pv_columns: list[str]) -> pa.Table:
-    return file_schema(kind, pv_columns).empty_table()
+    """A table of ``kind`` file actions without rows (shared: Arrow tables are immutable)."""
+    return _empty_file_table(kind, tuple(pv_columns))
+
+
+@functools.lru_cache(maxsize=256)
+def _empty_file_table(kind: str, pv_columns: tuple[str, ...]) -> pa.Table:
+    return empty_table(file_schema(kind, list(pv_columns)))
 
 
 def _harvest_tag_keys(data: bytes) -> list[str] | None:
@@ -82,7 +89,7 @@ def _kinds_present(data: bytes) -> set[str]:
 
     When a non-blank line does not start with a key, every kind is assumed present.
     """
-    lines = pc.split_pattern(pa.scalar(data, pa.large_binary()), b"\n").values
+    lines = pc.split_pattern(binary_array(data), b"\n").values
     keys = pc.extract_regex(lines, _FIRST_KEY).flatten()[0]
     if keys.null_count:
         blank = pc.match_substring_regex(lines, r"^\s*$")
@@ -135,7 +142,7 @@ def _to_file_table(col: pa.ChunkedArray, kind: str, pv_columns: list[str]) -> pa
     valid = pc.is_valid(col)
     col = col.filter(valid).combine_chunks()
     if len(col) == 0:
-        return target.empty_table()
+        return empty_file_table(kind, pv_columns)
     arrays = []
     for f in target:
         child = col.field(f.name)
@@ -329,9 +336,9 @@ def peek_protocol_metadata(
     data: bytes, *, where: str, table: str | None = None
 ) -> tuple[Protocol | None, Metadata | None]:
     """Protocol and metaData actions of a JSON action file, without reading its file actions."""
-    probe = ActionFile(*(empty_file_table(k, []) for k in FILE_KINDS))
     if b'"metaData"' not in data and b'"protocol"' not in data:
         return None, None
+    probe = ActionFile(*(empty_file_table(k, []) for k in FILE_KINDS))
     try:
         others = _other_actions(data, (b'"metaData"', b'"protocol"'))
     except _SlowPath:

@@ -15,10 +15,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from deltaport.delta.actions import Metadata, Protocol, file_schema
-from deltaport.delta.cache import SnapshotCache
+from deltaport.delta.actions import Metadata, Protocol
+from deltaport.delta.cache import LruMemo, SnapshotCache
 from deltaport.delta.checkpoint import checkpoint_metadata_only, read_checkpoint
-from deltaport.delta.commit_json import parse_actions, peek_in_commit_timestamp, peek_protocol_metadata
+from deltaport.delta.commit_json import (
+    empty_file_table,
+    parse_actions,
+    peek_in_commit_timestamp,
+    peek_protocol_metadata,
+)
 from deltaport.delta.history import CommitHistory, to_epoch_ms
 from deltaport.delta.log_path import LogFile
 from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log, list_log_from_hint
@@ -38,6 +43,9 @@ from deltaport.storage import store_for
 from deltaport.storage.base import ObjectStore
 
 log = logging.getLogger("deltaport.delta")
+
+#: Configs a table remembers by version (see ``DeltaTable._configs``).
+CONFIG_MEMO_ENTRIES = 1024
 
 _default_cache: SnapshotCache | None = None
 _default_cache_lock = threading.Lock()
@@ -63,6 +71,7 @@ class DeltaTable:
         storage_options: Mapping[str, Any] | None = None,
         cache: SnapshotCache | None = None,
         commit_cache: CommitCache | None = None,
+        config_memo_entries: int = CONFIG_MEMO_ENTRIES,
     ) -> None:
         self.location = str(location)
         self.store = store if store is not None else store_for(self.location, storage_options)
@@ -74,8 +83,11 @@ class DeltaTable:
         self._last_storage_failure: StorageUnavailable | None = None
         self._listing: LogListing | None = None
         self._ict: dict[int, int | None] = {}
-        self._configs: dict[int, TableConfig] = {}
-        self._unchecked_configs: dict[int, TableConfig] = {}  # for history: read, not checked
+        # the config in effect at a version, as snapshots and change feeds worked it out (bounded:
+        # a feed notes one for each commit it reads; resuming needs the ones near where it stops)
+        self._configs: LruMemo[int, TableConfig] = LruMemo(config_memo_entries)
+        self._unchecked_configs: LruMemo[int, TableConfig] = LruMemo(config_memo_entries)  # for history: not checked
+        self._history: tuple[LogListing, int, int | None, CommitHistory] | None = None  # see history()
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
@@ -152,6 +164,7 @@ class DeltaTable:
         self._configs.clear()
         self._unchecked_configs.clear()
         self._ict.clear()
+        self._history = None
         self.cache.invalidate(self.uri)
 
     def latest_version(self) -> int:
@@ -190,10 +203,15 @@ class DeltaTable:
             return cached
         return self._config_in(listing or self.refresh_listing(covering=version), version, check=check)
 
+    @property
+    def configs_remembered(self) -> int:
+        """How many versions' configs the table remembers (at most ``config_memo_entries``)."""
+        return len(self._configs)
+
     def note_config(self, version: int, config: TableConfig) -> None:
         """Remember the config in effect at ``version``, worked out by a reader of the log
         (a change feed), so that resuming after it needs no reading back."""
-        self._configs.setdefault(version, config)
+        self._configs.put(version, config, replace=False)
 
     def _config_in(self, listing: LogListing, version: int, *, check: bool = True) -> TableConfig:
         cached = self._configs.get(version)
@@ -209,7 +227,7 @@ class DeltaTable:
         else:
             protocol, metadata = self._newest_protocol_metadata(build_segment(listing, version, table=self.uri), {})
         cfg = TableConfig.build(protocol, metadata, table=self.uri, check=check)
-        (self._configs if check else self._unchecked_configs)[version] = cfg
+        (self._configs if check else self._unchecked_configs).put(version, cfg)
         return cfg
 
     def _newest_protocol_metadata(
@@ -272,7 +290,7 @@ class DeltaTable:
             self.forget(f"its table id changed from {base.metadata.id} to {metadata.id} at commit {lf.version}")
             return None
         config = TableConfig.build(protocol, metadata, table=self.uri)
-        self._configs[commits[-1].version] = config
+        self._configs.put(commits[-1].version, config)
         pv = config.physical_partition_columns
         if pv != base.config.physical_partition_columns:
             return None
@@ -303,7 +321,7 @@ class DeltaTable:
         datas = {lf.version: self._read_commit(lf) for lf in segment.commits}
         protocol, metadata = self._newest_protocol_metadata(segment, datas)
         config = TableConfig.build(protocol, metadata, table=self.uri)
-        self._configs[segment.version] = config
+        self._configs.put(segment.version, config)
         pv = config.physical_partition_columns
         base = None
         if segment.checkpoint_parts:
@@ -320,8 +338,19 @@ class DeltaTable:
     # --- history ----------------------------------------------------------------------------
 
     def history(self, listing: LogListing | None = None) -> CommitHistory:
-        """Commit timestamps of every commit in ``listing`` (default: the whole log)."""
+        """Commit timestamps of every commit in ``listing`` (default: the whole log), built once per
+        state of the listing: kept until the listing is replaced or gains commits (a listing only
+        ever gains commits; a log that changed otherwise is listed anew, see ``forget``)."""
         listing = listing or self.refresh_listing(covering=0)
+        latest = listing.latest_commit
+        kept = self._history
+        if kept is not None and kept[0] is listing and kept[1:3] == (len(listing.commits), latest):
+            return kept[3]
+        history = self._build_history(listing)
+        self._history = (listing, len(listing.commits), latest, history)
+        return history
+
+    def _build_history(self, listing: LogListing) -> CommitHistory:
         mtimes = {v: lf.info.mtime_ms for v, lf in listing.commits.items()}
         ict_from = None
         if listing.latest_commit is not None:
@@ -360,4 +389,4 @@ class DeltaTable:
 
 def empty_live(pv: list[str]) -> pa.Table:
     """The live-file table of a snapshot without files."""
-    return with_keys(file_schema("add", pv).empty_table())
+    return with_keys(empty_file_table("add", pv))

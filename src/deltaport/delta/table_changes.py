@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from deltaport.delta.actions import CommitInfo, Metadata, Protocol, row_to_action
 from deltaport.delta.commit_json import parse_actions, peek_protocol_metadata
@@ -25,6 +26,7 @@ from deltaport.delta.table_config import TableConfig
 from deltaport.errors import (
     ChangeDataNotRecorded,
     ChangesPositionGone,
+    DeltaportError,
     InvalidVersionRange,
     ObjectNotFound,
     TableFilesMissing,
@@ -59,6 +61,8 @@ class CommitChanges:
     def actions(self, kind: str, *, data_change_only: bool = False) -> Iterator[dict[str, Any]]:
         """File actions of one kind ("add", "remove", "cdc") as dicts in log form."""
         table = {"add": self.adds, "remove": self.removes, "cdc": self.cdcs}[kind]
+        if not table.num_rows:
+            return
         for row in table.to_pylist():
             if data_change_only and kind != "cdc" and row.get("dataChange") is False:
                 continue
@@ -176,13 +180,17 @@ class TableChanges:
         change_data: bool = False,
         resume: int | None = None,
     ) -> TableChanges:
-        """The validated range; ``resume``: the version a reader continues from (a page token's)."""
-        listing = table.refresh_listing(covering=0)
+        """The validated range; ``resume``: the version a reader continues from (a page token's),
+        in a range whose ``end`` an earlier read pinned."""
+        listing = _listed_for_resume(table, resume, end) if resume is not None and end is not None else None
+        checked = listing is not None
+        if listing is None:
+            listing = table.refresh_listing(covering=0)
         latest = listing.latest_commit if listing.latest_commit is not None else max(listing.checkpoints)
         end = _checked_end(start, end, latest, clamp=change_data, table=table.uri)
         first = start if resume is None else resume
         _check_present(listing, first, end, resumed=resume is not None, table=table.uri)
-        if resume is not None:
+        if resume is not None and not checked:
             _check_still_there(table, listing, resume)
         start_config = _start_config(table, listing, start, resumed=resume is not None)
         changes = cls(table, listing, table.history(listing), start, end, latest, start_config, change_data)
@@ -212,6 +220,7 @@ class TableChanges:
             if self.change_data and not change.config.change_data_feed_enabled:
                 raise self._not_recorded(version)
             config = change.config
+            change = _with_remove_sizes(self.table, change)
             yield dataclasses.replace(change, timestamp=self.history.timestamp_of(version))
 
     def _commit(self, version: int, before: TableConfig | None, *, resumed: bool) -> CommitChanges:
@@ -240,6 +249,23 @@ def _read_commit(
     table.commit_cache.put(key, change)
     table.note_config(version, change.config)
     return change
+
+
+def _with_remove_sizes(table: DeltaTable, change: CommitChanges) -> CommitChanges:
+    """``change`` with a size for each remove the log wrote without one (the field is optional in
+    the log; old writers leave it out): the size of the file it removes, from that file's add in
+    the table as the commit before left it. A file not found there keeps no size."""
+    sizes = change.removes.column("size")
+    if not sizes.null_count or change.version == 0:
+        return change
+    try:
+        live = table.snapshot(change.version - 1).live
+    except DeltaportError:  # the version before is gone with log cleanup, or cannot be read
+        return change
+    at = pc.index_in(change.removes.column("path"), value_set=live.column("path").combine_chunks())
+    filled = pc.coalesce(sizes, pc.take(live.column("size"), at))
+    removes = change.removes.set_column(change.removes.schema.get_field_index("size"), "size", filled)
+    return dataclasses.replace(change, removes=removes)
 
 
 def _checked_end(start: int, end: int | None, latest: int, *, clamp: bool, table: str) -> int:
@@ -276,6 +302,29 @@ def _check_present(listing: LogListing, first: int, end: int, *, resumed: bool, 
     raise TableFilesMissing(
         f"changes for versions {first}..{end} cannot be read: commit {missing} is no longer in the log", table=table
     )
+
+
+def _listed_for_resume(table: DeltaTable, resume: int, end: int) -> LogListing | None:
+    """The table's last listing of its log, when a reader resuming at ``resume`` in a range ending
+    at ``end`` can read from it without listing the log again: it lists the whole log, commits
+    ``resume`` and ``end`` among them, and both are still the files it lists (same size and
+    modification time). Two small reads instead of a listing: a commit removed by log cleanup
+    fails the first (the reader's position is gone), a log rewritten or replaced since fails the
+    second. None when any of that does not hold: the log is listed again (see ``refresh_listing``)."""
+    listing = table.listed
+    if listing is None or listing.listed_from != 0 or resume not in listing.commits or end not in listing.commits:
+        return None
+    for version in dict.fromkeys((resume, end)):
+        lf = listing.commits[version]
+        try:
+            info = table.store.head(lf.path)
+        except ObjectNotFound:
+            if version == resume:
+                raise _position_gone(resume, table.uri) from None
+            return None
+        if (info.size, info.mtime_ms) != (lf.info.size, lf.info.mtime_ms):
+            return None
+    return listing
 
 
 def _check_still_there(table: DeltaTable, listing: LogListing, version: int) -> None:

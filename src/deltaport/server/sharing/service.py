@@ -559,7 +559,8 @@ class SharingService:
         self, who: Principal, shared: SharedTable, plan: _ChangePlan, answer: _Answer, max_files: int | None
     ) -> Reply:
         """The response of a streaming query or /changes: one page of the plan's entries, read from
-        its position on (a page is read before its first byte; an unpaged reply while it streams)."""
+        its position on (a page is read and its lines made before its first byte, a body of at most
+        the page size limit's lines; an unpaged reply is read while it streams)."""
         paged = max_files is not None or plan.position is not None
         size = self._page_size(max_files, paged=paged)
         entries = _positioned(plan.changes, plan.position, plan.entries_of)
@@ -588,6 +589,8 @@ class SharingService:
             )
         headers = self._table_headers(plan.start, answer.caps, plan.fmt, answer.id_hash)
         stream = _stream(head, _change_lines(body, plan.fmt, maker), tail, end_stream)
+        if size is not None:  # a page, its entries read already: made whole, sent without streaming
+            return Reply(headers=headers, content=b"".join(stream), served=served)
         return Reply(headers=headers, stream=stream, served=served)
 
     def _change_token(self, who: Principal, shared: SharedTable, plan: _ChangePlan, at: _Position) -> str:

@@ -168,7 +168,7 @@ class FileLineMaker:
             url=url,
             id=fid,
             partition_values=action.get("partitionValues") or {},
-            size=action["size"],
+            size=action.get("size") or 0,  # required on the wire; 0 when neither the log nor the table knows it
             stats=action.get("stats") if kind in ("add", "file") else None,
             expiration_timestamp=expiration,
             version=version,
