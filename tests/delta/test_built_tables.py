@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-import builders  # noqa: E402
+import builders
 import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from deltaport import dv  # noqa: E402
-from deltaport.delta import DeltaTable, SnapshotCache  # noqa: E402
+from deltaport import dv
+from deltaport.delta import DeltaTable, SnapshotCache
 
 BUILDERS = {
     "partitioned": builders.make_partitioned_table,

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from deltaport.delta import DeltaTable, SnapshotCache  # noqa: E402
-from deltaport.errors import NotADeltaTable, UnsupportedTableFeature  # noqa: E402
+from deltaport.delta import DeltaTable, SnapshotCache
+from deltaport.errors import NotADeltaTable, UnsupportedTableFeature
 
 TABLES_ROOT = Path(__file__).resolve().parents[3] / "shared" / "delta-tables"
 if not TABLES_ROOT.is_dir():  # CI lays shared/ beside the repo root
@@ -195,7 +195,7 @@ def test_timestamps_strictly_increase_and_resolve_both_ways():
     assert snap.version == history.versions[3]
 
 
-@pytest.mark.parametrize("name,features", sorted(REFUSED.items()))
+@pytest.mark.parametrize(("name", "features"), sorted(REFUSED.items()))
 def test_unsupported_reader_features_are_refused_by_name(name, features):
     with pytest.raises(UnsupportedTableFeature) as err:
         DeltaTable(str(TABLES_ROOT / name), cache=SnapshotCache()).snapshot()

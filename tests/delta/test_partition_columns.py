@@ -37,7 +37,7 @@ def test_one_partition_column_after_non_add_rows():
 
 
 @pytest.mark.parametrize(
-    "rows, columns",
+    ("rows", "columns"),
     [
         ([[("q", "1"), ("p", "2")], [("q", "3"), ("p", "4")]], ["p", "q"]),  # keys in another order
         ([[("p", "1")], [("p", "2"), ("q", "3")]], ["p", "q"]),  # a missing key
@@ -50,7 +50,7 @@ def test_irregular_maps_are_looked_up_key_by_key(rows, columns):
 
 
 @pytest.mark.parametrize(
-    "paths, absolute",
+    ("paths", "absolute"),
     [
         (["a/b.parquet", "part=1/c.parquet"], False),
         (["x/y://z.parquet"], False),  # '://' inside a relative path names no scheme

@@ -8,9 +8,9 @@ import math
 
 import delta_sharing
 import pytest
-from conftest import CORPUS, TABLES  # noqa: E402
+from conftest import CORPUS, TABLES
 
-from deltaport.delta import DeltaTable, SnapshotCache  # noqa: E402
+from deltaport.delta import DeltaTable, SnapshotCache
 
 
 def _norm(value):

@@ -152,7 +152,7 @@ class SharingService:
         shares: tuple[ShareConfig, ...],
         recipients: tuple[RecipientConfig, ...],
         *,
-        bearer_token_hash: bytes | None | _Unchanged = UNCHANGED,
+        bearer_token_hash: bytes | _Unchanged | None = UNCHANGED,
     ) -> None:
         """Serve these shares to these recipients (and, when given, this global bearer token) from
         the next request on (tables already open stay open, with their caches)."""
