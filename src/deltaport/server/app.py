@@ -29,9 +29,10 @@ from deltaport.server.ops.docs_pages import add_docs_pages
 from deltaport.server.ops.metrics import scrape_digests
 from deltaport.server.ops.observe import observe, observe_also
 from deltaport.server.sharing import files, routes
+from deltaport.server.sharing.answers import SignerFactory
 from deltaport.server.sharing.params import declared_params, declared_query_params
 from deltaport.server.sharing.registry import Principal, SharedTable, StoreOpener
-from deltaport.server.sharing.service import SharingService, SignerFactory
+from deltaport.server.sharing.service import SharingService
 from deltaport.server.sharing.table_calls import TableCalls
 from deltaport.server.sharing.tokens import TokenCodec
 from deltaport.server.sources.catalog_feed import CatalogFeed

@@ -9,7 +9,7 @@ from starlette.concurrency import iterate_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from deltaport.server.ops.request_info import current_request
-from deltaport.server.sharing.service import Reply
+from deltaport.server.sharing.answers import Reply
 
 #: Largest piece handed to the server at once: the socket takes it whole, where a bigger one would be
 #: copied into the transport's buffer first (a pass over the response, with the GIL held).
