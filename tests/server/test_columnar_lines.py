@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 import pyarrow as pa
 import pytest
@@ -9,6 +11,8 @@ from conftest import TABLES
 
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.demo import build_demo_tables
+from deltaport.protocol import lines as wire
+from deltaport.protocol.lines import WireField
 from deltaport.server.fast.columnar_lines import ColumnarLines
 from deltaport.server.sharing.translate import FileLineMaker
 from deltaport.signing import LocalFileSigner
@@ -45,6 +49,7 @@ def _both(snapshot, id_hash="parquet", version=None):
         "timestamp-truncation-stats",
         "cdf-table",
         "v2-checkpoints-parquet-with-sidecars",
+        "parquet_row_group_skipping",  # a file without stats
     ],
 )
 def test_corpus_tables(name):
@@ -140,11 +145,49 @@ def test_the_row_path_serves_signers_without_batches_and_tables_with_deletion_ve
 def test_written_tables_with_zero_one_and_two_partition_columns(tmp_path, partition_by):
     from deltalake import write_deltalake
 
-    data = pa.table({"a": ["x", 'q"uote', None, "x"], "b": [1, 2, 3, None], "v": [1.5, 2.5, None, 4.0]})
+    data = pa.table({"a": ["x", 'q"uote', None, "t\tab"], "b": [1, 2, 3, None], "v": [1.5, 2.5, None, 4.0]})
     write_deltalake(str(tmp_path / "t"), data, partition_by=partition_by)
     snap = DeltaTable(str(tmp_path / "t"), cache=SnapshotCache()).snapshot()
     columnar, rows, _, _ = _both(snap)
     assert columnar == rows
     files = [orjson.loads(x)["file"] for x in columnar.splitlines()]
-    assert {f["partitionValues"].get("a") for f in files} == ({"x", 'q"uote', None} if partition_by else {None})
+    values = {f["partitionValues"].get("a") for f in files}
+    assert values == ({"x", 'q"uote', None, "t\tab"} if partition_by else {None})
     assert all(set(f["partitionValues"]) == set(partition_by or []) for f in files)
+
+
+#: The file line's fields renamed, reordered, ``timestamp`` dropped and ``version`` made required.
+RESHAPED = (
+    WireField("size", "size", "number"),
+    WireField("fileUrl", "url", "string"),
+    WireField("stats", "stats", "string", optional=True),
+    WireField("partitionValues", "partition_values", "object"),
+    WireField("expiresAt", "expiration_timestamp", "number", optional=True),
+    WireField("fileId", "id", "string"),
+    WireField("version", "version", "number"),
+)
+
+
+#: The same with ``stats`` required: ``null`` where a file has none.
+STATS_REQUIRED = tuple(replace(f, optional=False) if f.key == "stats" else f for f in RESHAPED)
+
+
+@pytest.mark.parametrize("fields", [RESHAPED, STATS_REQUIRED])
+@pytest.mark.parametrize("name,version", [("basic_partitioned", None), ("parquet_row_group_skipping", 0)])
+def test_a_changed_declaration_changes_both_paths_alike(monkeypatch, fields, name, version):
+    monkeypatch.setattr(wire, "FILE_FIELDS", fields)
+    snap = DeltaTable(str(TABLES / name), cache=SnapshotCache()).snapshot()
+    columnar, rows, _, _ = _both(snap, version=version)
+    assert columnar == rows
+    files = [orjson.loads(x)["file"] for x in columnar.splitlines()]
+    names = [f.name for f in fields]
+    assert all(list(f) == (names if "stats" in f else [n for n in names if n != "stats"]) for f in files)
+    assert all(f["version"] == version for f in files)  # required: null when there is none
+    assert ("stats" in files[0]) is (name != "parquet_row_group_skipping" or fields is STATS_REQUIRED)
+
+
+def test_the_column_wise_builder_refuses_a_line_that_starts_with_an_optional_field(monkeypatch):
+    monkeypatch.setattr(wire, "FILE_FIELDS", (RESHAPED[2], *RESHAPED[:2], *RESHAPED[3:]))
+    snap = DeltaTable(str(TABLES / "basic_partitioned"), cache=SnapshotCache()).snapshot()
+    with pytest.raises(ValueError, match="must be required"):
+        _both(snap)

@@ -7,7 +7,8 @@ ready to stream. Optional fields are omitted when None, as the reference server 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import orjson
 
@@ -71,6 +72,51 @@ def metadata_parquet(
     )
 
 
+Kind = Literal["string", "number", "object"]
+
+
+@dataclass(frozen=True)
+class WireField:
+    """One field of a line: its wire name, the builder's keyword for its value, how the value is
+    rendered (a JSON string, number or object of strings) and whether it is left out when None."""
+
+    name: str
+    key: str
+    kind: Kind
+    optional: bool = False
+
+
+#: The fields of a parquet-format file line (``file``, ``add``, ``remove``, ``cdf``), in wire order:
+#: the one spelling of that line, read by both of its builders, :func:`file_parquet` (per row) and
+#: the column-wise one (``server/fast/columnar_lines.py``). The first field must be required (the
+#: column-wise builder writes a comma before each later field). ``stats`` is the log's JSON text,
+#: sent as a JSON string.
+FILE_FIELDS: tuple[WireField, ...] = (
+    WireField("url", "url", "string"),
+    WireField("id", "id", "string"),
+    WireField("partitionValues", "partition_values", "object"),
+    WireField("size", "size", "number"),
+    WireField("stats", "stats", "string", optional=True),
+    WireField("expirationTimestamp", "expiration_timestamp", "number", optional=True),
+    WireField("version", "version", "number", optional=True),
+    WireField("timestamp", "timestamp", "number", optional=True),
+)
+
+
+def fields_object(fields: Sequence[WireField], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON object of ``fields`` in order, each from ``values[field.key]``; an optional field
+    whose value is None is left out, a required one is ``null``."""
+    out: dict[str, Any] = {}
+    for f in fields:
+        value = values[f.key]
+        if value is None:
+            if not f.optional:
+                out[f.name] = None
+        else:
+            out[f.name] = dict(value) if f.kind == "object" else value
+    return out
+
+
 def file_parquet(
     kind: str,
     *,
@@ -83,23 +129,19 @@ def file_parquet(
     version: int | None = None,
     timestamp: int | None = None,
 ) -> bytes:
-    """A ``file`` (snapshot), ``add``, ``remove`` or ``cdf`` line (streaming and change data feed)."""
-    return line(
-        {
-            kind: _compact(
-                {
-                    "url": url,
-                    "id": id,
-                    "partitionValues": dict(partition_values),
-                    "size": size,
-                    "stats": stats,
-                    "expirationTimestamp": expiration_timestamp,
-                    "version": version,
-                    "timestamp": timestamp,
-                }
-            )
-        }
-    )
+    """A ``file`` (snapshot), ``add``, ``remove`` or ``cdf`` line (streaming and change data feed),
+    with the fields of :data:`FILE_FIELDS`."""
+    values = {
+        "url": url,
+        "id": id,
+        "partition_values": partition_values,
+        "size": size,
+        "stats": stats,
+        "expiration_timestamp": expiration_timestamp,
+        "version": version,
+        "timestamp": timestamp,
+    }
+    return line({kind: fields_object(FILE_FIELDS, values)})
 
 
 # --- delta format ---------------------------------------------------------------------------

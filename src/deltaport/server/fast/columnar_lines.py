@@ -6,7 +6,8 @@ file_keys), handing chunks to a keying worker process while it is free and doing
 itself; the other thread joins finished chunks' lines with Arrow string kernels (which release the
 GIL), and the first bytes are sent as soon as the first chunk is ready. A whole-table read leaves the snapshot's ids
 and URIs and the signing window's signatures cached, so a repeated read in the same one-minute
-window only joins. The bytes are the same as FileLineMaker's for the same URLs.
+window only joins. The bytes are the same as FileLineMaker's for the same URLs: both follow the
+file line's one field declaration, ``protocol.lines.FILE_FIELDS``.
 
 Fast form of: the per-row parquet-format file lines of
 ``sharing.translate.FileLineMaker.snapshot_lines``. Held equal by:
@@ -26,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltaport.delta import Snapshot
+from deltaport.protocol import lines as wire
 from deltaport.server.fast.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_packed
 from deltaport.server.fast.pipeline import pipelined
 
@@ -126,23 +128,68 @@ class PreparedFiles(NamedTuple):
     relative_uris: pa.Array
 
 
-def _static_parts(files: pa.Table, ids: pa.Array) -> list:
-    """The pieces of ``","id":…,"partitionValues":{…},"size":…[,"stats":…],"expirationTimestamp":``
-    per file, to be joined once with the rest of the line (each nested join would copy them again)."""
-    parts: list = ['","id":"', ids, '","partitionValues":{']
-    pv = files.column("partitionValues").combine_chunks()
-    for i, f in enumerate(pv.type):
-        parts += [("," if i else "") + orjson.dumps(f.name).decode() + ":", _json_strings(pv.field(i))]
-    stats = files.column("stats").combine_chunks()
-    stats_esc = _escape(stats)
-    if stats_esc is None:
-        stats_part = pa.array(
-            [None if s is None else ',"stats":' + orjson.dumps(s).decode() for s in stats.to_pylist()], pa.string()
-        )
-    else:
-        stats_part = pc.binary_join_element_wise(',"stats":"', stats_esc, '"', "")
-    size = pc.cast(files.column("size").combine_chunks(), pa.string())
-    return parts + ['},"size":', size, pc.fill_null(stats_part, ""), ',"expirationTimestamp":']
+class _JsonSafe(NamedTuple):
+    """A JSON string's text given as pieces: constants (escaped here, once) and string arrays whose
+    values need no escaping (hex ids and signatures, percent-encoded paths)."""
+
+    pieces: tuple[str | pa.Array, ...]
+
+
+def _rendered(values: pa.Array | pa.ChunkedArray, kind: str, *, nullable: bool) -> list:
+    """The pieces of a column's JSON values per row, as the line's field ``kind`` renders them:
+    null where a value is null if ``nullable``, else ``null``. Objects are structs of strings."""
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if kind == "object":
+        parts: list = ["{"]
+        for i, f in enumerate(values.type):
+            parts += [("," if i else "") + orjson.dumps(f.name).decode() + ":", _json_strings(values.field(i))]
+        return parts + ["}"]
+    if kind == "number":
+        text = pc.cast(values, pa.string())
+        return [text if nullable or not values.null_count else pc.fill_null(text, "null")]
+    if values.null_count and not nullable:
+        return [_json_strings(values)]
+    escaped = _escape(values)
+    if escaped is None:  # control characters: each value by orjson
+        return [pa.array([None if v is None else orjson.dumps(v).decode() for v in values.to_pylist()], pa.string())]
+    return ['"', escaped, '"']
+
+
+def _line_pieces(kind: str, fields: tuple[wire.WireField, ...], values: dict[str, Any]) -> list:
+    """Every line of a chunk as pieces for one ``binary_join_element_wise`` (each nested join
+    would copy its pieces again), from the line's field declaration and each field's value: a
+    column, a constant, or a :class:`_JsonSafe` string. Adjacent constants are joined here."""
+    if fields[0].optional:
+        raise ValueError(f"the first field of a {kind!r} line must be required, not {fields[0].name!r}")
+    pieces: list = ["{" + orjson.dumps(kind).decode() + ":{"]
+    for i, f in enumerate(fields):
+        if f.key not in values:
+            raise ValueError(f"the column-wise {kind!r} line has no value for the field {f.name!r} ({f.key})")
+        key, value = ("," if i else "") + orjson.dumps(f.name).decode() + ":", values[f.key]
+        if isinstance(value, _JsonSafe):
+            pieces += [key + '"', *(orjson.dumps(p).decode()[1:-1] if isinstance(p, str) else p for p in value.pieces)]
+            pieces.append('"')
+        elif isinstance(value, (pa.Array, pa.ChunkedArray)):
+            rendered = _rendered(value, f.kind, nullable=f.optional)
+            if f.optional:  # the key too is left out where the value is null
+                pieces.append(pc.fill_null(pc.binary_join_element_wise(*_merged([key, *rendered]), ""), ""))
+            else:
+                pieces += [key, *rendered]
+        elif value is not None or not f.optional:
+            pieces.append(key + orjson.dumps(value).decode())
+    pieces.append("}}\n")
+    return _merged(pieces)
+
+
+def _merged(pieces: list) -> list:
+    """Pieces with each run of adjacent constants joined into one."""
+    out: list = []
+    for p in pieces:
+        if isinstance(p, str) and out and isinstance(out[-1], str):
+            out[-1] += p
+        else:
+            out.append(p)
+    return out
 
 
 class ColumnarLines:
@@ -264,15 +311,23 @@ class ColumnarLines:
             if whole and windowed and signed is None:
                 snapshot.remember(signed_key, (window, pa.concat_arrays(sig_parts)), replace=True)
 
-        head = '{"file":{"url":"' + signer.endpoint + prefix.decode()
-        mid = "?" + query + "&X-Amz-Signature="
-        tail = f"{expiry}" + (f',"version":{version}' if version is not None else "") + "}}\n"
+        url_path = signer.endpoint + prefix.decode()
+        url_query = "?" + query + "&X-Amz-Signature="
 
         def joined(item: tuple) -> memoryview:
             """One chunk's lines (the Arrow-bound part, which releases the GIL)."""
             rows, ids, uris, sigs = item
-            lines = pc.binary_join_element_wise(head, uris, mid, sigs, *_static_parts(rows, ids), tail, "")
-            return _buffer_view(lines)
+            values = {
+                "url": _JsonSafe((url_path, uris, url_query, sigs)),
+                "id": _JsonSafe((ids,)),
+                "partition_values": rows.column("partitionValues"),
+                "size": rows.column("size"),
+                "stats": rows.column("stats"),
+                "expiration_timestamp": expiry,
+                "version": version,
+                "timestamp": None,
+            }
+            return _buffer_view(pc.binary_join_element_wise(*_line_pieces("file", wire.FILE_FIELDS, values), ""))
 
         if len(idx) <= chunk:
             return map(joined, keyed()), expiry
