@@ -177,17 +177,6 @@ def test_unknown_keys_are_refused_with_the_nearest_valid_one(data, needle):
     assert needle in str(err.value)
 
 
-def test_every_config_key_is_documented_in_the_readme():
-    from pathlib import Path
-
-    from deltaport.server.sources import config as config_module
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    keys = [k for k in config_module._KEYS["the server config"] if k not in config_module._REFERENCE_ONLY]
-    missing = [k for k in keys if f"`{k}`" not in readme and f"{k}:" not in readme]
-    assert missing == []
-
-
 def _s3_config(**options) -> dict:
     table = {"name": "t", "location": "s3://bucket/tables/t", "storageOptions": options}
     return {"version": 1, "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [table]}]}]}

@@ -19,8 +19,10 @@ def serve(
         "or, without 'shares', a catalog database (catalog.db beside the config, or 'catalog: URL') "
         "administered through the admin API.",
     ),
-    host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default: the config's host)."),
-    port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (default: the config's port)."),
+    # the options that set a config setting: declared beside it too (ServerConfig in
+    # server/sources/config.py; tests/server/test_config_settings.py holds the two equal)
+    host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (instead of the config's 'host')."),
+    port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (instead of the config's 'port')."),
     allow_anonymous: bool = typer.Option(
         False,
         "--allow-anonymous",
@@ -49,9 +51,12 @@ def serve(
     from deltaport.errors import DeltaportError
     from deltaport.server import create_app, load_config
     from deltaport.server.fast.memory import use_server_pool
+    from deltaport.server.sources.config import check_metrics_token, hash_token
 
     try:
         cfg = load_config(config)
+        if metrics_token:
+            check_metrics_token(cfg, hash_token(metrics_token), "--metrics-token (or DELTAPORT_METRICS_TOKEN)")
     except DeltaportError as exc:
         fail(exc)
     host = host or cfg.host
