@@ -63,7 +63,7 @@ def test_host_and_port_options_override_the_config(tmp_path):
                 if proc.poll() is not None or time.time() > deadline:
                     raise AssertionError(f"the server did not come up on port {port}") from None
                 time.sleep(0.2)
-        assert r.status_code == 200 and r.json() == {"status": "ok", "shares": 1}
+        assert r.status_code == 200 and r.json()["status"] == "ok"  # the share count only to operators (test_health.py)
         r = httpx.get(f"http://127.0.0.1:{port}/delta-sharing/shares")
         assert r.json()["items"] == [{"name": "s"}]
         assert not _listening(config_port)
