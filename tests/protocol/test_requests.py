@@ -18,7 +18,7 @@ def test_official_client_bodies():
 
 
 @pytest.mark.parametrize(
-    "body,error,needle",
+    ("body", "error", "needle"),
     [
         (b"", MalformedRequest, "empty"),
         (b"{", MalformedRequest, "not valid JSON"),

@@ -173,7 +173,7 @@ STATS_REQUIRED = tuple(replace(f, optional=False) if f.key == "stats" else f for
 
 
 @pytest.mark.parametrize("fields", [RESHAPED, STATS_REQUIRED])
-@pytest.mark.parametrize("name,version", [("basic_partitioned", None), ("parquet_row_group_skipping", 0)])
+@pytest.mark.parametrize(("name", "version"), [("basic_partitioned", None), ("parquet_row_group_skipping", 0)])
 def test_a_changed_declaration_changes_both_paths_alike(monkeypatch, fields, name, version):
     monkeypatch.setattr(wire, "FILE_FIELDS", fields)
     snap = DeltaTable(str(TABLES / name), cache=SnapshotCache()).snapshot()

@@ -57,7 +57,7 @@ def _eventually(check, seconds: float = 5.0):
         time.sleep(0.05)
 
 
-@pytest.fixture()
+@pytest.fixture
 def served(tmp_path):
     path = tmp_path / "server.yaml"
     _write(path, _config("s1", recipients={"alice": ["s1"]}, adminTokens=[ADMIN]))
@@ -78,7 +78,7 @@ def test_an_edit_is_served_without_a_restart(served):
 
 
 def test_a_reload_says_what_it_changed_and_what_waits_for_a_restart(served, caplog):
-    server, path = served
+    _server, path = served
     caplog.set_level(logging.INFO, logger="deltaport.server")
     _write(path, _config("s1", "s2", recipients={"alice": ["s2"], "bob": ["s1"]}, adminTokens=[ADMIN], port=9))
 

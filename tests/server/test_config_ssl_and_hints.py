@@ -15,7 +15,7 @@ def _ssl(**ssl) -> dict:
     return {"version": 1, "ssl": ssl}
 
 
-@pytest.fixture()
+@pytest.fixture
 def pair(tmp_path):
     cert, key = self_signed_certificate(tmp_path / "tls", "localhost")
     return cert, key

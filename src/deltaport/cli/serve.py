@@ -10,6 +10,8 @@ import typer
 from deltaport.cli.common import fail
 
 
+# --host, --port and --metrics-token set or add to a config setting, declared with it too (ServerConfig in
+# server/sources/config.py): tests/server/test_config_settings.py holds the two equal.
 def serve(
     config: str = typer.Option(
         ...,
@@ -19,8 +21,8 @@ def serve(
         "or, without 'shares', a catalog database (catalog.db beside the config, or 'catalog: URL') "
         "administered through the admin API.",
     ),
-    host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default: the config's host)."),
-    port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (default: the config's port)."),
+    host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (instead of the config's 'host')."),
+    port: Optional[int] = typer.Option(None, "--port", "-p", help="Port (instead of the config's 'port')."),
     allow_anonymous: bool = typer.Option(
         False,
         "--allow-anonymous",
@@ -47,13 +49,10 @@ def serve(
 ) -> None:
     """Serve the shares of a config file, or of its catalog database, over the Delta Sharing protocol."""
     from deltaport.errors import DeltaportError
-    from deltaport.server import create_app, load_config
+    from deltaport.server import create_app
     from deltaport.server.fast.memory import use_server_pool
 
-    try:
-        cfg = load_config(config)
-    except DeltaportError as exc:
-        fail(exc)
+    cfg = _load(config, metrics_token)
     host = host or cfg.host
     _log_to_stderr()
     _check_open(cfg, host, allow_anonymous)
@@ -68,6 +67,21 @@ def serve(
     except DeltaportError as exc:  # the catalog database cannot be opened, say
         fail(exc)
     _run(application, host, listen_port, cfg)
+
+
+def _load(config: str, metrics_token: str | None):
+    """The config; a one-line error if it does not load or ``metrics_token`` is a recipient's."""
+    from deltaport.errors import DeltaportError
+    from deltaport.server import load_config
+    from deltaport.server.sources.config import check_metrics_token, hash_token
+
+    try:
+        cfg = load_config(config)
+        if metrics_token:
+            check_metrics_token(cfg, hash_token(metrics_token), "--metrics-token (or DELTAPORT_METRICS_TOKEN)")
+    except DeltaportError as exc:
+        fail(exc)
+    return cfg
 
 
 def _warm_up() -> None:

@@ -110,7 +110,7 @@ def _packed(values: pa.Array) -> tuple[bytes, bytes]:
 class _Chunk:
     """One chunk of a response on its way: its rows, and its keys or the worker's promise of them."""
 
-    __slots__ = ("rows", "ids", "uris", "sigs", "job", "keys")
+    __slots__ = ("ids", "job", "keys", "rows", "sigs", "uris")
 
     def __init__(self, rows: pa.Table, ids, uris, sigs) -> None:
         self.rows, self.ids, self.uris, self.sigs = rows, ids, uris, sigs
@@ -143,7 +143,7 @@ def _rendered(values: pa.Array | pa.ChunkedArray, kind: str, *, nullable: bool) 
         parts: list = ["{"]
         for i, f in enumerate(values.type):
             parts += [("," if i else "") + orjson.dumps(f.name).decode() + ":", _json_strings(values.field(i))]
-        return parts + ["}"]
+        return [*parts, "}"]
     if kind == "number":
         text = pc.cast(values, pa.string())
         return [text if nullable or not values.null_count else pc.fill_null(text, "null")]

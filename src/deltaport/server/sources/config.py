@@ -1,19 +1,18 @@
 """Server configuration: the reference server's YAML, unchanged, plus ``recipients``.
 
-An unknown key is refused with the nearest valid key named. Every error names the key and the fix.
+Each top-level setting is declared once, on its :class:`ServerConfig` field (settings.py says
+what a declaration holds). An unknown key is refused with the nearest valid key named. Every error
+names the key and the fix.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import hashlib
-import ipaddress
+import hmac
 import logging
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,32 @@ from deltaport.catalog.served import (
     SharedTableConfig,
     TokenHash,
 )
-from deltaport.errors import DeltaportError, StorageError
+from deltaport.errors import StorageError
 from deltaport.isotime import iso_to_epoch_ms
+from deltaport.server.sources.settings import (
+    ConfigError,
+    Seconds,
+    Whole,
+    boolean,
+    check_keys,
+    declared,
+    hash_token,
+    ip_list,
+    read_bool,
+    read_endpoint,
+    read_ip_list,
+    read_mapping,
+    read_optional_text,
+    read_path,
+    read_secret,
+    read_text,
+    read_token,
+    read_tokens,
+    read_url,
+    setting,
+    token_digest,
+    whole,
+)
 from deltaport.storage import check_storage_options
 
 __all__ = [
@@ -47,10 +70,6 @@ __all__ = [
 log = logging.getLogger("deltaport.server")
 
 
-class ConfigError(DeltaportError):
-    """The configuration file is invalid; the message names the key and the fix."""
-
-
 @dataclass(frozen=True)
 class SslConfig:
     self_signed: bool = False
@@ -59,33 +78,92 @@ class SslConfig:
     certificate_password_file: str | None = None
 
 
+#: An admin token given by environment (added to the config's adminTokens).
+ADMIN_TOKEN_ENV = "DELTAPORT_ADMIN_TOKEN"  # noqa: S105  # the variable's name, not a token
+
+
 @dataclass(frozen=True)
 class ServerConfig:
-    shares: tuple[ShareConfig, ...] = ()
-    bearer_token_hash: bytes | None = None
-    recipients: tuple[RecipientConfig, ...] = ()
-    host: str = "localhost"
-    port: int = 80
-    endpoint: str = "/delta-sharing"
-    pre_signed_url_timeout_seconds: int = 3600
-    evaluate_predicate_hints: bool = True
-    evaluate_json_predicate_hints: bool = True
-    query_table_page_size_limit: int = 10000
-    query_table_page_token_ttl_ms: int = 259_200_000
-    refresh_token_ttl_ms: int = 3_600_000
-    ssl: SslConfig | None = None
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
-    token_secret: bytes | None = None  # HMAC key for page/refresh tokens; random per process if None
-    public_url: str | None = None  # base URL recipients reach this server at (for local file URLs)
-    catalog_url: str | None = None  # the catalog database; None: the shares and recipients above
-    admin_token_hashes: tuple[bytes, ...] = ()  # sha256 digests of the admin API's tokens
-    metrics_token_hash: bytes | None = None  # sha256 digest of the token that reads /metrics
-    admin_host: str | None = None  # serve the admin API on its own address (None: beside the protocol)
-    admin_port: int | None = None
-    activation_link_ttl_seconds: int = 7 * 24 * 3600
-    catalog_poll_seconds: float = 1.0
-    trusted_proxies: tuple[str, ...] = ()  # addresses/CIDRs whose X-Forwarded-For is believed
-    audit_log: str | None = None  # file the audit events are appended to (JSON lines, rotated)
+    """The server's settings, each declared once: its YAML key, default, reader (type and bounds),
+    whether an edit of the config file applies without a restart, its flag and environment
+    variable, and its doc. A reader of None: parsed by this module's own code below."""
+
+    shares: tuple[ShareConfig, ...] = setting(
+        "shares", (), None, "the shares, their schemas and tables (else a catalog database serves them)", reload=True
+    )
+    bearer_token_hash: bytes | None = setting(
+        "authorization", None, None, "'bearerToken': one token that reads every share, as in the reference", reload=True
+    )
+    recipients: tuple[RecipientConfig, ...] = setting(
+        "recipients", (), None, "who reads which shares, with their tokens (plain or sha256:<hex>)", reload=True
+    )
+    ssl: SslConfig | None = setting(
+        "ssl", None, None, "TLS: 'selfSigned', or 'certificateFile' and 'certificateKeyFile'"
+    )
+    host: str = setting("host", "localhost", read_text, "the address the protocol's listener binds", flags=("--host",))
+    port: int = setting(
+        "port", 80, Whole(0), "the protocol's listener's port (80 as in the reference)", flags=("--port", "-p")
+    )
+    endpoint: str = setting("endpoint", "/delta-sharing", read_endpoint, "the path the protocol is served under")
+    pre_signed_url_timeout_seconds: int = setting(
+        "preSignedUrlTimeoutSeconds", 3600, Whole(1), "how long a file URL handed out works"
+    )
+    evaluate_predicate_hints: bool = setting(
+        "evaluatePredicateHints", True, read_bool, "prune files with SQL predicateHints"
+    )
+    evaluate_json_predicate_hints: bool = setting(
+        "evaluateJsonPredicateHints", True, read_bool, "prune files with jsonPredicateHints"
+    )
+    query_table_page_size_limit: int = setting(
+        "queryTablePageSizeLimit", 10000, Whole(1), "the most files one page of a query returns"
+    )
+    query_table_page_token_ttl_ms: int = setting(
+        "queryTablePageTokenTtlMs", 259_200_000, Whole(0), "how long a query's page token works"
+    )
+    refresh_token_ttl_ms: int = setting(
+        "refreshTokenTtlMs", 3_600_000, Whole(0), "how long a query's refresh token works"
+    )
+    storage_options: Mapping[str, Any] = setting(
+        "storageOptions", {}, read_mapping, "obstore options of every object-store table (a table's own win)"
+    )
+    token_secret: bytes | None = setting(
+        "tokenSecret", None, read_secret, "signs page/refresh tokens and file URLs (random per process if unset)"
+    )
+    public_url: str | None = setting(
+        "publicUrl", None, read_url, "how recipients reach this server: file URLs and activation links name it"
+    )
+    catalog_url: str | None = setting(
+        "catalog", None, None, "the catalog database (a path or URL; catalog.db beside a config without shares)"
+    )
+    admin_token_hashes: tuple[bytes, ...] = setting(
+        "adminTokens", (), read_tokens, "the admin API's tokens (plain or sha256:<hex>)", env=ADMIN_TOKEN_ENV
+    )
+    metrics_token_hash: bytes | None = setting(
+        "metricsToken",
+        None,
+        read_token,
+        "a token that reads /metrics (plain or sha256:<hex>)",
+        flags=("--metrics-token",),
+        env="DELTAPORT_METRICS_TOKEN",
+    )
+    admin_host: str | None = setting(
+        "adminHost", None, read_optional_text, "the admin listener's address (loopback if unset)"
+    )
+    admin_port: int | None = setting(
+        "adminPort", None, Whole(0), "serve the admin API on a listener of its own, at this port"
+    )
+    activation_link_ttl_seconds: int = setting(
+        "activationLinkTtlSeconds", 7 * 24 * 3600, Whole(60), "how long a recipient's activation link works"
+    )
+    catalog_poll_seconds: float = setting(
+        "catalogPollSeconds", 1.0, Seconds(0.05, 3600), "how often the catalog or config file is checked for changes"
+    )
+    trusted_proxies: tuple[str, ...] = setting(
+        "trustedProxies", (), read_ip_list, "addresses/CIDRs of proxies whose X-Forwarded-For is believed"
+    )
+    audit_log: str | None = setting(
+        "auditLog", None, read_path, "file the audit events are appended to (JSON lines, rotated)"
+    )
     source: str | None = None  # the config file this was loaded from (re-read when it changes)
 
     @property
@@ -93,12 +171,13 @@ class ServerConfig:
         return self.bearer_token_hash is not None or bool(self.recipients) or self.catalog_url is not None
 
 
-def hash_token(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
+#: The top-level settings, in declaration order.
+SETTINGS = declared(ServerConfig)
+#: The settings this module reads through their declared reader.
+_READ = tuple((s.key, s.attr, s.read) for s in SETTINGS if s.read is not None)
 
-
-#: Keys each level of the config understands. The reference server's keys that mean nothing
-#: here (its cache and timeout knobs) are accepted so its config files load unchanged.
+#: The reference server's keys that mean nothing here (its cache and timeout knobs): accepted so
+#: its config files load unchanged.
 _REFERENCE_ONLY = (
     "temporaryCredentialValiditySeconds",
     "deltaTableCacheSize",
@@ -106,36 +185,9 @@ _REFERENCE_ONLY = (
     "requestTimeoutSeconds",
     "evaluateJsonPredicateHintsV2",
 )
+#: Keys each level of the config understands.
 _KEYS = {
-    "the server config": (
-        "version",
-        "shares",
-        "authorization",
-        "recipients",
-        "ssl",
-        "host",
-        "port",
-        "endpoint",
-        "preSignedUrlTimeoutSeconds",
-        "evaluatePredicateHints",
-        "evaluateJsonPredicateHints",
-        "queryTablePageSizeLimit",
-        "queryTablePageTokenTtlMs",
-        "refreshTokenTtlMs",
-        "storageOptions",
-        "tokenSecret",
-        "publicUrl",
-        "catalog",
-        "adminTokens",
-        "metricsToken",
-        "adminHost",
-        "adminPort",
-        "activationLinkTtlSeconds",
-        "catalogPollSeconds",
-        "trustedProxies",
-        "auditLog",
-        *_REFERENCE_ONLY,
-    ),
+    "the server config": ("version", *(s.key for s in SETTINGS), *_REFERENCE_ONLY),
     "a share": ("name", "id", "schemas"),
     "a schema": ("name", "tables"),
     "a table": ("name", "location", "id", "historyShared", "startVersion", "storageOptions"),
@@ -146,20 +198,7 @@ _KEYS = {
 
 
 def _check_keys(d: Any, level: str, where: str | None = None) -> Mapping[str, Any]:
-    """``d`` as a mapping with only the keys ``level`` understands: a misspelt key is refused with
-    the nearest valid one, never silently ignored."""
-    where = where or level
-    if not isinstance(d, Mapping):
-        raise ConfigError(f"{where} must be a mapping of keys to values, not {d!r}")
-    known = _KEYS[level]
-    for key in d:
-        if key not in known:
-            close = [k for k in known if k.lower() == str(key).lower()] or difflib.get_close_matches(
-                str(key), known, n=1
-            )
-            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
-            raise ConfigError(f"unknown key '{key}' in {where}: {hint}")
-    return d
+    return check_keys(d, _KEYS[level], where or level)
 
 
 def _need(d: Mapping[str, Any], key: str, where: str) -> Any:
@@ -167,26 +206,6 @@ def _need(d: Mapping[str, Any], key: str, where: str) -> Any:
     if value is None or value == "":
         raise ConfigError(f"'{key}' in {where} must be provided")
     return value
-
-
-def _bool(value: Any, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise ConfigError(f"'{key}' must be true or false, not {value!r}")
-
-
-def _int(value: Any, key: str, *, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ConfigError(f"'{key}' must be a whole number, not {value!r}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(f"'{key}' must be a whole number, not {value!r}") from None
-    if minimum is not None and number < minimum:
-        raise ConfigError(f"'{key}' must be at least {minimum}, not {number}")
-    return number
 
 
 def _check_name(name: Any, what: str, *, allow_dot: bool) -> str:
@@ -242,8 +261,8 @@ def _table(d: Mapping[str, Any], where: str) -> SharedTableConfig:
         name=name,
         location=str(location),
         id=str(d.get("id") or ""),
-        history_shared=_bool(d.get("historyShared", False), "historyShared"),
-        start_version=_int(d.get("startVersion", 0), "startVersion", minimum=0),
+        history_shared=boolean(d.get("historyShared", False), "historyShared"),
+        start_version=whole(d.get("startVersion", 0), "startVersion", minimum=0),
         storage_options=dict(d.get("storageOptions") or {}),
     )
 
@@ -263,12 +282,12 @@ def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
     tokens = d.get("tokens")
     if not tokens or not isinstance(tokens, list):
         raise ConfigError(f"'tokens' of recipient '{name}' must be a non-empty list")
-    hashes = [_token_digest(token, f"token of recipient '{name}'") for token in tokens]
+    hashes = [token_digest(token, f"token of recipient '{name}'") for token in tokens]
     shares = d.get("shares") or []
     if not isinstance(shares, list):
         raise ConfigError(f"'shares' of recipient '{name}' must be a list of share names")
     expires = _expiration(d.get("expirationTime"), str(name))
-    allowed = _ip_list(d.get("allowedIpAddresses"), f"'allowedIpAddresses' of recipient '{name}'")
+    allowed = ip_list(d.get("allowedIpAddresses"), f"'allowedIpAddresses' of recipient '{name}'")
     return RecipientConfig(
         str(name),
         tuple(TokenHash(h, expires) for h in hashes),
@@ -280,7 +299,7 @@ def _recipient(d: Mapping[str, Any]) -> RecipientConfig:
 def _check_version(version: Any) -> None:
     if version is None:
         raise ConfigError("'version' must be provided")
-    number = _int(version, "version")
+    number = whole(version, "version")
     if number <= 0:
         raise ConfigError("'version' must be greater than 0")
     if number > 1:
@@ -303,40 +322,6 @@ def _share(entry: Any) -> ShareConfig:
             raise ConfigError(f"schema '{name}.{schema_name}' defines a table name twice")
         schemas.append(SchemaConfig(schema_name, tables))
     return ShareConfig(name, tuple(schemas), str(entry.get("id") or ""))
-
-
-def _token_digest(token: Any, whose: str) -> bytes:
-    """A token as its SHA-256 digest: a plain token is hashed, ``sha256:<64 hex>`` is taken as is."""
-    token = str(token)
-    if not token.startswith("sha256:"):
-        return hash_token(token)
-    digest = token[len("sha256:") :]
-    if not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
-        raise ConfigError(f"{whose} starting 'sha256:' must be 64 hex digits")
-    return bytes.fromhex(digest)
-
-
-#: An admin token given by environment (added to the config's adminTokens).
-ADMIN_TOKEN_ENV = "DELTAPORT_ADMIN_TOKEN"
-
-
-def _admin_tokens(d: Mapping[str, Any]) -> tuple[bytes, ...]:
-    tokens = d.get("adminTokens") or []
-    if not isinstance(tokens, list):
-        raise ConfigError("'adminTokens' must be a list of tokens (plain, or 'sha256:<64 hex digits>')")
-    digests = [_token_digest(t, "an admin token") for t in tokens]
-    if os.environ.get(ADMIN_TOKEN_ENV):
-        digests.append(hash_token(os.environ[ADMIN_TOKEN_ENV]))
-    return tuple(digests)
-
-
-def _metrics_token(value: Any) -> bytes | None:
-    """The digest of the token a Prometheus scraper sends for /metrics (plain, or ``sha256:<hex>``)."""
-    if value in (None, ""):
-        return None
-    if not isinstance(value, str):
-        raise ConfigError("'metricsToken' must be one token (plain, or 'sha256:<64 hex digits>'), not a list")
-    return _token_digest(value, "'metricsToken'")
 
 
 def catalog_url(value: str, base: Path | None) -> str:
@@ -379,7 +364,7 @@ def _ssl(entry: Any) -> SslConfig:
         raise ConfigError("'ssl' must be a mapping: selfSigned, or certificateFile and certificateKeyFile")
     _check_keys(entry, "'ssl'")
     ssl = SslConfig(
-        _bool(entry.get("selfSigned", False), "selfSigned"),
+        boolean(entry.get("selfSigned", False), "selfSigned"),
         *(
             str(entry[k]) if entry.get(k) not in (None, "") else None
             for k in ("certificateFile", "certificateKeyFile", "certificatePasswordFile")
@@ -398,56 +383,63 @@ def _ssl(entry: Any) -> SslConfig:
 
 def parse_config(d: Mapping[str, Any] | None, *, base: Path | None = None) -> ServerConfig:
     """A ServerConfig from the parsed YAML mapping; relative paths in it are taken from ``base``
-    (the config file's folder)."""
+    (the config file's folder). A key that is absent or null takes its declared default."""
     if not isinstance(d, Mapping):
         raise ConfigError("the configuration must be a YAML mapping with 'version: 1' and 'shares'")
     _check_keys(d, "the server config")
     _check_version(d.get("version"))
+    _check_reference_only(d)
+    values = {attr: read(d[key], key, base) for key, attr, read in _READ if d.get(key) is not None}
     shares = tuple(_share(s) for s in d.get("shares") or [])
     share_names = [share.name.lower() for share in shares]
     for share in shares:
         if share_names.count(share.name.lower()) > 1:
             raise ConfigError(f"share '{share.name}' is defined twice")
-    _check_storage_options(shares, d.get("storageOptions") or {})
+    _check_storage_options(shares, values.get("storage_options", {}))
     recipients = tuple(_recipient(r) for r in d.get("recipients") or [])
     for recipient in recipients:
         unknown = [name for name in recipient.shares if name not in share_names]
         if unknown:
             raise ConfigError(f"recipient '{recipient.name}' is granted unknown share(s) {unknown}")
     bearer = _bearer_hash(d["authorization"]) if d.get("authorization") is not None else None
-    ssl = _ssl(d["ssl"]) if d.get("ssl") else None
+    if os.environ.get(ADMIN_TOKEN_ENV):
+        values["admin_token_hashes"] = (*values.get("admin_token_hashes", ()), hash_token(os.environ[ADMIN_TOKEN_ENV]))
+    config = ServerConfig(
+        shares=shares,
+        bearer_token_hash=bearer,
+        recipients=recipients,
+        ssl=_ssl(d["ssl"]) if d.get("ssl") else None,
+        catalog_url=_catalog(d, base),
+        **values,
+    )
+    check_metrics_token(config, config.metrics_token_hash, "'metricsToken'")
+    return config
+
+
+def _check_reference_only(d: Mapping[str, Any]) -> None:
     if "evaluateJsonPredicateHintsV2" in d:
-        _bool(d["evaluateJsonPredicateHintsV2"], "evaluateJsonPredicateHintsV2")
+        boolean(d["evaluateJsonPredicateHintsV2"], "evaluateJsonPredicateHintsV2")
         log.warning(
             "'evaluateJsonPredicateHintsV2' has no effect and is accepted only for compatibility: JSON "
             "predicate hints are always evaluated against partition values and file statistics; set "
             "'evaluateJsonPredicateHints: false' to turn them off"
         )
-    endpoint = "/" + str(d.get("endpoint", "/delta-sharing")).strip("/")
-    secret = d.get("tokenSecret")
-    return ServerConfig(
-        shares=tuple(shares),
-        bearer_token_hash=bearer,
-        recipients=recipients,
-        host=str(d.get("host", "localhost")),
-        port=_int(d.get("port", 80), "port", minimum=0),
-        endpoint=endpoint,
-        pre_signed_url_timeout_seconds=_int(
-            d.get("preSignedUrlTimeoutSeconds", 3600), "preSignedUrlTimeoutSeconds", minimum=1
-        ),
-        evaluate_predicate_hints=_bool(d.get("evaluatePredicateHints", True), "evaluatePredicateHints"),
-        evaluate_json_predicate_hints=_bool(d.get("evaluateJsonPredicateHints", True), "evaluateJsonPredicateHints"),
-        query_table_page_size_limit=_int(d.get("queryTablePageSizeLimit", 10000), "queryTablePageSizeLimit", minimum=1),
-        query_table_page_token_ttl_ms=_int(
-            d.get("queryTablePageTokenTtlMs", 259_200_000), "queryTablePageTokenTtlMs", minimum=0
-        ),
-        refresh_token_ttl_ms=_int(d.get("refreshTokenTtlMs", 3_600_000), "refreshTokenTtlMs", minimum=0),
-        ssl=ssl,
-        storage_options=dict(d.get("storageOptions") or {}),
-        token_secret=str(secret).encode() if secret else None,
-        public_url=str(d["publicUrl"]).rstrip("/") if d.get("publicUrl") else None,
-        **_service_settings(d, base),
-    )
+
+
+def check_metrics_token(config: ServerConfig, digest: bytes | None, what: str) -> None:
+    """A metrics token must be no recipient's token and not the bearer token: a token handed to a
+    recipient would read every recipient's and share's series. Compared by digest, in constant time."""
+    if digest is None:
+        return
+    holders = [("'bearerToken' in 'authorization'", config.bearer_token_hash)] + [
+        (f"a token of recipient '{r.name}'", t.digest) for r in config.recipients for t in r.tokens
+    ]
+    for holder, other in holders:
+        if other is not None and hmac.compare_digest(digest, other):
+            raise ConfigError(
+                f"{what} is also {holder}: /metrics would be open to a recipient; give the metrics "
+                "token a value of its own (e.g. from 'openssl rand -hex 32')"
+            )
 
 
 def _check_storage_options(shares: tuple[ShareConfig, ...], server_options: Mapping[str, Any]) -> None:
@@ -460,54 +452,6 @@ def _check_storage_options(shares: tuple[ShareConfig, ...], server_options: Mapp
                 except StorageError as exc:
                     where = f"'storageOptions' (of the server or of table '{share.name}.{schema.name}.{table.name}')"
                     raise ConfigError(f"{where}: {exc.message}") from None
-
-
-def _service_settings(d: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
-    """The settings of a provider's service: the catalog database and the admin API."""
-    admin_port = d.get("adminPort")
-    return {
-        "catalog_url": _catalog(d, base),
-        "admin_token_hashes": _admin_tokens(d),
-        "metrics_token_hash": _metrics_token(d.get("metricsToken")),
-        "admin_host": str(d["adminHost"]) if d.get("adminHost") else None,
-        "admin_port": _int(admin_port, "adminPort", minimum=0) if admin_port is not None else None,
-        "activation_link_ttl_seconds": _int(
-            d.get("activationLinkTtlSeconds", 7 * 24 * 3600), "activationLinkTtlSeconds", minimum=60
-        ),
-        "catalog_poll_seconds": _seconds(d.get("catalogPollSeconds", 1.0), "catalogPollSeconds"),
-        "trusted_proxies": _ip_list(d.get("trustedProxies"), "'trustedProxies'"),
-        "audit_log": _audit_log(d.get("auditLog"), base),
-    }
-
-
-def _ip_list(value: Any, what: str) -> tuple[str, ...]:
-    """A list of IP addresses and CIDR blocks (IPv4 or IPv6), e.g. ['10.0.0.0/8', '2001:db8::1']."""
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{what} must be a list of IP addresses or CIDRs, e.g. ['10.0.0.0/8']")
-    for entry in value:
-        try:
-            ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            raise ConfigError(f"{what} entry {entry!r} is not an IP address or CIDR") from None
-    return tuple(value)
-
-
-def _audit_log(value: Any, base: Path | None) -> str | None:
-    """The audit log's file: a path, relative to the config file's folder."""
-    if value in (None, ""):
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"'auditLog' must be the path of a file to append audit events to, not {value!r}")
-    path = Path(value).expanduser()
-    return str(path if path.is_absolute() or base is None else base / path)
-
-
-def _seconds(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.05 <= value <= 3600:
-        raise ConfigError(f"'{key}' must be a number of seconds between 0.05 and 3600, not {value!r}")
-    return float(value)
 
 
 def load_config(path: str | Path) -> ServerConfig:

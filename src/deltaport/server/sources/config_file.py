@@ -4,8 +4,9 @@ through the admin API.
 :class:`ConfigFileSource` is a feed source (catalog_feed.py): its revision is a digest of the
 file's bytes, so any edit is seen at the next poll (or at once on SIGHUP), and a file that does not
 load (broken YAML, an unknown key, a grant of a missing share) leaves the last good catalog
-serving. An edit changes the shares, recipients and ``authorization`` served; every other setting
-(addresses, TLS, secrets) is read at start only, which the log says when such a setting changed.
+serving. An edit changes the settings declared ``reload=True`` (config.py: the shares, recipients
+and ``authorization`` served); every other setting (addresses, TLS, secrets) is read at start
+only, which the log says, naming its key, when such a setting changed.
 
 :class:`ConfigCatalogView` is what the admin API reads for such a server: the file's shares and
 recipients imported into a scratch SQLite database (catalog/import_served.py), rebuilt on each
@@ -14,7 +15,6 @@ reload and swapped in whole. Writes are refused with a message naming the file.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import shutil
@@ -26,12 +26,12 @@ from typing import Any, cast
 
 from deltaport.catalog.import_served import import_served
 from deltaport.catalog.store import CatalogDB
-from deltaport.server.sources.config import ConfigError, ServerConfig, load_config
+from deltaport.server.sources.config import SETTINGS, ConfigError, ServerConfig, load_config
 
 log = logging.getLogger("deltaport.server")
 
-#: What an edit of the config file changes without a restart.
-RELOADED = ("shares", "recipients", "bearer_token_hash")
+#: The settings an edit of the config file changes only when the server restarts.
+_AT_START = tuple(s for s in SETTINGS if not s.reload)
 
 
 @dataclass(frozen=True)
@@ -58,28 +58,9 @@ class ConfigFileSource:
         return LoadedConfig(load_config(self.path), revision)
 
 
-#: Config keys whose field names do not spell them (the rest are the fields' names in camelCase).
-_KEY_OF = {
-    "catalog_url": "catalog",
-    "admin_token_hashes": "adminTokens",
-    "metrics_token_hash": "metricsToken",
-    "audit_log": "auditLog",
-}
-
-
 def restart_needed(old: ServerConfig, new: ServerConfig) -> list[str]:
     """The config keys in which ``new`` differs from ``old`` that take effect only on restart."""
-    changed = [
-        f.name
-        for f in dataclasses.fields(old)
-        if f.name not in RELOADED and getattr(old, f.name) != getattr(new, f.name)
-    ]
-    return [_KEY_OF.get(name) or _camel(name) for name in changed]
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
+    return [s.key for s in _AT_START if getattr(old, s.attr) != getattr(new, s.attr)]
 
 
 class _Swappable:
