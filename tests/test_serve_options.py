@@ -214,3 +214,35 @@ def test_version_option_prints_the_installed_version():
 
     out = subprocess.run([DELTAPORT, "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == f"deltaport {version('deltaport')}"
+
+
+def test_keep_alive_answers_do_not_wait_for_delayed_acks(tmp_path):
+    """The listeners `deltaport serve` binds itself must leave Nagle off on their connections: with it
+    on, every keep-alive answer sent in two writes (headers, body) waited ~40 ms for the client's
+    delayed ACK (about 25 answers a second per connection)."""
+    import statistics
+
+    from servers import free_port
+
+    port = free_port()
+    path = _config(tmp_path, host="127.0.0.1", port=port, recipients=[{"name": "a", "tokens": ["t"], "shares": ["s"]}])
+    proc = subprocess.Popen(
+        [DELTAPORT, "serve", "--config", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.time() + 30
+        while not _listening(port):
+            assert proc.poll() is None and time.time() < deadline, "the server did not come up"
+            time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/delta-sharing/shares/s/schemas/d/tables/t/metadata"
+        with httpx.Client(headers={"Authorization": "Bearer t"}) as client:  # one connection, kept alive
+            assert client.get(url).status_code == 200
+            took = []
+            for _ in range(15):
+                start = time.perf_counter()
+                assert client.get(url).status_code == 200
+                took.append(time.perf_counter() - start)
+        assert statistics.median(took) < 0.02, took
+    finally:
+        proc.terminate()
+        proc.wait(15)
