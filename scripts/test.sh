@@ -11,7 +11,8 @@ export DELTAPORT_SHARED=${DELTAPORT_SHARED:-$(cd .. && pwd)/shared}
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/ruff format --check src tests benchmarks
 .venv/bin/mypy
-.venv/bin/mypy --strict src/deltaport/delta src/deltaport/expressions src/deltaport/protocol src/deltaport/isotime.py  # the core, strictly
+.venv/bin/mypy --strict src/deltaport/delta src/deltaport/expressions src/deltaport/protocol src/deltaport/isotime.py \
+  src/deltaport/server/sharing/change_feed.py src/deltaport/server/sharing/answers.py  # the core and the change feed, strictly
 .venv/bin/vulture src/deltaport scripts/vulture_whitelist.py --min-confidence 60  # names nothing uses
 set +e
 .venv/bin/python -m pytest "$@"

@@ -72,7 +72,7 @@ class Answer:
 
 
 def stream_body(
-    head: list[bytes], files: Iterator[bytes | memoryview], tail, end_stream: bool
+    head: list[bytes], files: Iterator[bytes | memoryview], tail: Callable[[], bytes] | None, end_stream: bool
 ) -> Iterator[bytes | memoryview]:
     yield b"".join(head)
     try:
