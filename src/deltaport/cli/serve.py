@@ -11,7 +11,7 @@ from deltaport.cli.common import fail
 
 
 # --host, --port and --metrics-token set or add to a config setting, declared with it too (ServerConfig in
-# server/sources/config.py): tests/server/test_config_settings.py holds the two equal.
+# server/sources/config.py): tests/server/sources/test_config_settings.py holds the two equal.
 def serve(
     config: str = typer.Option(
         ...,

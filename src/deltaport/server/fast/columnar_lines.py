@@ -11,7 +11,7 @@ file line's one field declaration, ``protocol.lines.FILE_FIELDS``.
 
 Fast form of: the per-row parquet-format file lines of
 ``sharing.translate.FileLineMaker.snapshot_lines``. Held equal by:
-tests/server/test_columnar_lines.py.
+tests/server/fast/test_columnar_lines.py.
 """
 
 from __future__ import annotations

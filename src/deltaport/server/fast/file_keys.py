@@ -9,7 +9,7 @@ server), imports only this module and the signing code, and is handed plain byte
 day's derived signing key, never the server's secret.
 
 Fast form of: hashing each file's id and signing its URL one by one as its line is made
-(``FileLineMaker``). Held equal by: tests/server/test_file_keys.py.
+(``FileLineMaker``). Held equal by: tests/server/fast/test_file_keys.py.
 """
 
 from __future__ import annotations

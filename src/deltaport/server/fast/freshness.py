@@ -11,7 +11,7 @@ older than its request.
 
 Fast form of: listing the log and replaying it in the framework's thread pool for every request
 (``DeltaTable.latest_version``, ``DeltaTable.snapshot``). Held equal by:
-tests/server/test_freshness.py.
+tests/server/fast/test_freshness.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ headers. Anything else, including every malformed request, goes on to the routes
 them, for the middleware outside it (metrics, audit).
 
 Fast form of: the ``GET …/version`` and ``GET …/metadata`` routes. Held equal by:
-tests/server/test_hot_paths.py.
+tests/server/fast/test_hot_paths.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ the process stays level. Measured with benchmarks/server_load.py and benchmarks/
 An operator's ``ARROW_DEFAULT_MEMORY_POOL`` is left as it is; a pyarrow built without jemalloc
 keeps its default.
 
-Fast form of: pyarrow's default memory pool. Held equal by: tests/server/test_memory.py.
+Fast form of: pyarrow's default memory pool. Held equal by: tests/server/fast/test_memory.py.
 """
 
 from __future__ import annotations

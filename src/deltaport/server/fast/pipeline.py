@@ -9,7 +9,7 @@ consumer at the point it occurred; closing the consumer (a client that disconnec
 threads.
 
 Fast form of: building a response's chunks one after the other (``map(stage, source)``). Held equal
-by: tests/server/test_pipeline.py.
+by: tests/server/fast/test_pipeline.py.
 """
 
 from __future__ import annotations

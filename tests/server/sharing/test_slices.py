@@ -13,7 +13,7 @@ from deltaport.catalog.model import PartitionOp, PartitionValue
 from deltaport.delta import DeltaTable
 from deltaport.server.sharing.slices import slice_for
 
-TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "delta-tables"
+TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[4] / "shared")) / "delta-tables"
 
 
 @pytest.fixture(scope="module")

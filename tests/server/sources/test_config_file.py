@@ -18,7 +18,7 @@ from servers import RunningServer, ServeProcess
 
 from deltaport.server import create_app, load_config
 
-TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "delta-tables"
+TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[4] / "shared")) / "delta-tables"
 ADMIN = "config-file-admin-token-0123"
 ALICE, BOB = "alice-token-config-file-0123", "bob-token-config-file-0123"
 for _secret in (ADMIN, ALICE, BOB):

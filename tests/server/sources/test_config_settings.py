@@ -15,7 +15,7 @@ from deltaport.cli import app as cli
 from deltaport.server.sources.config import SETTINGS, ConfigError, ServerConfig, hash_token, parse_config
 from deltaport.server.sources.config_file import restart_needed
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
 BY_KEY = {s.key: s for s in SETTINGS}
 
 
