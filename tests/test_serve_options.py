@@ -167,16 +167,10 @@ def test_an_open_server_is_refused_on_an_address_others_reach(tmp_path):
     assert "add 'recipients'" in last and "--allow-anonymous" in last
 
 
-def test_an_open_server_on_loopback_or_allowed_says_so_at_start(tmp_path):
-    from servers import free_port
-
-    port = free_port()
-    path = _config(tmp_path, host="0.0.0.0", port=port)
+def _output_of_serve(path: Path, port: int, *args: str) -> str:
+    """What `deltaport serve` printed from its start until it answered on ``port`` and was stopped."""
     proc = subprocess.Popen(
-        [DELTAPORT, "serve", "--config", str(path), "--allow-anonymous", "--host", "127.0.0.1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        [DELTAPORT, "serve", "--config", str(path), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         deadline = time.time() + 30
@@ -186,6 +180,15 @@ def test_an_open_server_on_loopback_or_allowed_says_so_at_start(tmp_path):
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=15)
+    return out
+
+
+def test_an_open_server_on_loopback_or_allowed_says_so_at_start(tmp_path):
+    from servers import free_port
+
+    port = free_port()
+    path = _config(tmp_path, host="0.0.0.0", port=port)
+    out = _output_of_serve(path, port, "--allow-anonymous", "--host", "127.0.0.1")
     assert out.count("every share is served to anyone, without a token") == 1
     assert "add 'recipients'" in out
 
@@ -195,18 +198,7 @@ def test_a_server_with_recipients_gives_no_open_warning(tmp_path):
 
     port = free_port()
     path = _config(tmp_path, host="127.0.0.1", port=port, recipients=[{"name": "a", "tokens": ["t"], "shares": ["s"]}])
-    proc = subprocess.Popen(
-        [DELTAPORT, "serve", "--config", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        deadline = time.time() + 30
-        while not _listening(port):
-            assert proc.poll() is None and time.time() < deadline, "the server did not come up"
-            time.sleep(0.2)
-    finally:
-        proc.terminate()
-        out, _ = proc.communicate(timeout=15)
-    assert "served to anyone" not in out
+    assert "served to anyone" not in _output_of_serve(path, port)
 
 
 def test_version_option_prints_the_installed_version():
