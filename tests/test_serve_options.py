@@ -238,3 +238,31 @@ def test_keep_alive_answers_do_not_wait_for_delayed_acks(tmp_path):
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_an_admin_listener_is_served_beside_the_protocol(tmp_path):
+    """With `adminPort`, `deltaport serve` runs two listeners on one event loop: the protocol on `port`,
+    the admin API on `adminPort` (and only there)."""
+    from servers import free_port
+
+    port, admin_port = free_port(), free_port()
+    recipients = [{"name": "a", "tokens": ["t"], "shares": ["s"]}]
+    path = _config(
+        tmp_path, host="127.0.0.1", port=port, adminPort=admin_port, adminTokens=["adm"], recipients=recipients
+    )
+    proc = subprocess.Popen(
+        [DELTAPORT, "serve", "--config", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.time() + 30
+        while not (_listening(port) and _listening(admin_port)):
+            assert proc.poll() is None and time.time() < deadline, "the two listeners did not come up"
+            time.sleep(0.2)
+        shares = httpx.get(f"http://127.0.0.1:{port}/delta-sharing/shares", headers={"Authorization": "Bearer t"})
+        assert shares.json()["items"] == [{"name": "s"}]
+        admin = f"http://127.0.0.1:{admin_port}/api/2.1/unity-catalog/shares"
+        assert httpx.get(admin, headers={"Authorization": "Bearer adm"}).status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/api/2.1/unity-catalog/shares").status_code == 404
+    finally:
+        proc.terminate()
+        proc.wait(15)

@@ -153,10 +153,14 @@ def _serve(listeners: list, settings: dict[str, Any]) -> None:
         server, sock = servers[0]
         server.run(sockets=[sock])
         return
+
+    async def serve_all() -> None:
+        await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in servers))
+
     factory = servers[0][0].config.get_loop_factory()
     loop = factory() if factory is not None else asyncio.new_event_loop()
     try:
-        loop.run_until_complete(asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in servers)))
+        loop.run_until_complete(serve_all())
     finally:
         loop.close()
 
