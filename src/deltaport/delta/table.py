@@ -185,9 +185,6 @@ class DeltaTable:
 
     def read_commit(self, lf: LogFile) -> bytes:
         """The bytes of commit file ``lf``; TableFilesMissing when it is gone from storage."""
-        return self._read_commit(lf)
-
-    def _read_commit(self, lf: LogFile) -> bytes:
         try:
             return self.store.read(lf.path)
         except ObjectNotFound as exc:
@@ -237,7 +234,7 @@ class DeltaTable:
         for lf in reversed(segment.commits):
             data = commit_bytes.get(lf.version)
             if data is None:
-                data = self._read_commit(lf)
+                data = self.read_commit(lf)
             p, m = peek_protocol_metadata(data, where=lf.path, table=self.uri)
             protocol = protocol or p
             metadata = metadata or m
@@ -281,7 +278,7 @@ class DeltaTable:
     def _apply_commits(self, base: Snapshot, commits: list[LogFile]) -> Snapshot | None:
         """``base`` brought forward by ``commits``; None when partitioning or the table's id changed
         (a full load, which for a new id is another table's: nothing cached is kept)."""
-        datas = {lf.version: self._read_commit(lf) for lf in commits}
+        datas = {lf.version: self.read_commit(lf) for lf in commits}
         protocol, metadata = base.protocol, base.metadata
         for lf in commits:
             p, m = peek_protocol_metadata(datas[lf.version], where=lf.path, table=self.uri)
@@ -318,7 +315,7 @@ class DeltaTable:
                     return self._load_segment(segment)  # re-raise the checkpoint's own error
 
     def _load_segment(self, segment: LogSegment) -> Snapshot:
-        datas = {lf.version: self._read_commit(lf) for lf in segment.commits}
+        datas = {lf.version: self.read_commit(lf) for lf in segment.commits}
         protocol, metadata = self._newest_protocol_metadata(segment, datas)
         config = TableConfig.build(protocol, metadata, table=self.uri)
         self._configs.put(segment.version, config)
@@ -365,7 +362,7 @@ class DeltaTable:
     def _read_ict(self, version: int) -> int | None:
         if version not in self._ict:
             lf = self._listing.commits.get(version) if self._listing else None
-            self._ict[version] = peek_in_commit_timestamp(self._read_commit(lf)) if lf else None
+            self._ict[version] = peek_in_commit_timestamp(self.read_commit(lf)) if lf else None
         return self._ict[version]
 
     def _timestamp_of(self, version: int) -> int | None:
