@@ -58,8 +58,7 @@ def json_error(
 
 def _error(request: Request, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
     """The error response for ``request``, in the shape its route speaks."""
-    path = request.scope.get("root_path", "") + request.scope.get("path", "")
-    unity = path.startswith(ADMIN_PREFIX)
+    unity = _path(request).startswith(ADMIN_PREFIX)
     return json_error(status, code, message, head=request.method == "HEAD", headers=headers, unity=unity)
 
 
@@ -83,8 +82,13 @@ async def deltaport_error(request: Request, exc: DeltaportError) -> Response:
 def _for_admin(request: Request) -> bool:
     """Whether ``request`` is the admin API's, other than the public activation route: the provider's
     own, whose messages may name the storage locations the provider gave."""
-    path = request.scope.get("root_path", "") + request.scope.get("path", "")
+    path = _path(request)
     return path.startswith(ADMIN_PREFIX) and not path.startswith(ACTIVATION_API)
+
+
+def _path(request: Request) -> str:
+    """The request's whole path, its root path included."""
+    return request.scope.get("root_path", "") + request.scope.get("path", "")
 
 
 async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
