@@ -28,6 +28,11 @@ class SharedTableConfig:
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     partitions: tuple[tuple[PartitionValue, ...], ...] = ()
     comment: str | None = None
+    #: how recipients may read it: "url" (the server lists files, /query) and/or "dir" (the server
+    #: vends credentials scoped to ``location``, temporary-table-credentials)
+    access_modes: tuple[str, ...] = ("url",)
+    #: other roots the table's log names files under (absolute paths), readable with credentials too
+    auxiliary_locations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,8 @@ class ShareConfig:
     schemas: tuple[SchemaConfig, ...]
     id: str = ""
     comment: str | None = None
+    display_name: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
