@@ -9,6 +9,7 @@ membership test. That makes a refresh after a small commit cost O(new actions) p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +29,7 @@ def _dv_id(dv: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(st, p, off_s, "")
 
 
-ABSOLUTE_PATH = "^[A-Za-z][A-Za-z0-9+.-]*://"  # a URI scheme and authority; relative paths have neither
+ABSOLUTE_PATH = "^[A-Za-z][A-Za-z0-9+.-]*:/"  # a URI scheme (and authority, or file:/x); relative paths have neither
 
 
 def any_absolute(paths: pa.Array | pa.ChunkedArray) -> bool:
@@ -36,11 +37,47 @@ def any_absolute(paths: pa.Array | pa.ChunkedArray) -> bool:
     return len(paths) > 0 and bool(pc.any(pc.match_substring_regex(paths, ABSOLUTE_PATH)).as_py())
 
 
+def _decoded(paths: pa.Array) -> pa.Array:
+    """Percent-encoded paths decoded (paths in the log are URIs: ``a%20b`` and ``a b`` name one file).
+
+    Column-wise: each distinct escape in the column is replaced in the bytes once. A ``%25`` (whose
+    decoding could make a new escape) or bytes that do not decode as UTF-8 take the row-wise way."""
+    encoded = pc.match_substring(paths, "%")
+    if not pc.any(encoded).as_py():
+        return paths
+    data = np.frombuffer(paths.buffers()[2], dtype=np.uint8)
+    at = np.flatnonzero(data[:-2] == ord("%"))
+    codes = {bytes(pair) for pair in np.unique(np.stack([data[at + 1], data[at + 2]], axis=1), axis=0)}
+    codes = {c for c in codes if all(chr(b) in "0123456789abcdefABCDEF" for b in c)}
+    if b"25" not in codes:
+        raw = paths.cast(pa.binary())
+        for code in codes:
+            raw = pc.replace_substring(raw, b"%" + code, bytes([int(code, 16)]))
+        try:
+            return raw.cast(pa.string())
+        except pa.ArrowInvalid:
+            pass
+    values = paths.to_pylist()
+    for i in np.flatnonzero(np.asarray(pc.fill_null(encoded, False))):
+        values[i] = unquote(values[i])
+    return pa.array(values, pa.string())
+
+
+def _one_slash_file(paths: pa.Array) -> pa.Array:
+    """``file:/x`` (as Hadoop writes it) spelled ``file:///x``."""
+    return pc.replace_substring_regex(paths, "^file:/([^/])", "file:///\\1")
+
+
 def normalise_paths(paths: pa.Array, root_uri: str) -> pa.Array:
-    """Absolute paths inside the table root become relative (as adds usually are)."""
+    """Each file named one way, as Delta's own readers resolve them: percent-encoding decoded, and
+    absolute paths inside the table root made relative (as adds usually are), whether written
+    ``file:/root/…`` or ``file:///root/…``."""
+    paths = _decoded(paths)
     if not any_absolute(paths):
         return paths
-    prefix = root_uri.rstrip("/") + "/"
+    paths = _one_slash_file(paths)
+    prefix = unquote(root_uri.rstrip("/")) + "/"
+    prefix = prefix.replace("file:/", "file:///", 1) if prefix.startswith("file:/") and prefix[6:7] != "/" else prefix
     starts = pc.starts_with(paths, prefix)
     return pc.if_else(starts, pc.utf8_slice_codeunits(paths, len(prefix)), paths)
 
@@ -49,9 +86,7 @@ def with_keys(t: pa.Table, root_uri: str = "") -> pa.Table:
     """The table with a ``_key`` column: the normalised path, plus NUL + DV unique id for DV files."""
     if KEY in t.column_names:
         return t
-    paths = t.column("path")
-    if any(any_absolute(c) for c in paths.chunks):
-        paths = pa.chunked_array([normalise_paths(c, root_uri) for c in paths.chunks], pa.string())
+    paths = pa.chunked_array([normalise_paths(c, root_uri) for c in t.column("path").chunks], pa.string())
     dv = t.column("deletionVector")
     if dv.null_count == len(dv):
         key = paths  # no DVs: the path alone is the key (zero copy)
