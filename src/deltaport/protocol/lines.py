@@ -27,6 +27,21 @@ def _compact(d: Mapping[str, Any]) -> dict[str, Any]:
 # --- parquet format -------------------------------------------------------------------------
 
 
+def placement(
+    access_modes: Sequence[str], location: str | None = None, auxiliary_locations: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Where a table is and how it may be read, as table listings and metaData lines carry it:
+    ``location`` only with ``dir`` access (credentials for it can be had), ``auxiliaryLocations``
+    only when there are some."""
+    out: dict[str, Any] = {}
+    if location is not None:
+        out["location"] = location
+        if auxiliary_locations:
+            out["auxiliaryLocations"] = list(auxiliary_locations)
+    out["accessModes"] = list(access_modes)
+    return out
+
+
 def protocol_parquet() -> bytes:
     return line({"protocol": {"minReaderVersion": 1}})
 
@@ -51,7 +66,10 @@ def metadata_parquet(
     version: int | None = None,
     size: int | None = None,
     num_files: int | None = None,
+    placement: Mapping[str, Any] | None = None,
 ) -> bytes:
+    """``placement``: the table's ``location``, ``auxiliaryLocations`` and ``accessModes``
+    (:func:`placement`), last in the line."""
     return line(
         {
             "metaData": _compact(
@@ -66,6 +84,7 @@ def metadata_parquet(
                     "version": version,
                     "size": size,
                     "numFiles": num_files,
+                    **(placement or {}),
                 }
             )
         }
@@ -157,11 +176,19 @@ def metadata_delta(
     version: int | None = None,
     size: int | None = None,
     num_files: int | None = None,
+    placement: Mapping[str, Any] | None = None,
 ) -> bytes:
+    """``placement`` as in :func:`metadata_parquet`: beside ``deltaMetadata``, not inside it."""
     return line(
         {
             "metaData": _compact(
-                {"deltaMetadata": dict(delta_metadata), "version": version, "size": size, "numFiles": num_files}
+                {
+                    "deltaMetadata": dict(delta_metadata),
+                    "version": version,
+                    "size": size,
+                    "numFiles": num_files,
+                    **(placement or {}),
+                }
             )
         }
     )

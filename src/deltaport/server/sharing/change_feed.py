@@ -157,6 +157,7 @@ class ChangeFeed:
             history_shared=True,
             version=plan.head_version,
             protocol_version=plan.protocol_version,
+            placement=self.service.directory.placement(shared),
         )
         maker = self.service.line_maker(shared, answer, plan.fmt, self.service.delta(shared).uri)
         end_stream = answer.caps.include_end_stream_action or paged

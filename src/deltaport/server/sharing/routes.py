@@ -152,6 +152,20 @@ async def query(
     return reply_response(reply)
 
 
+@router.post(TABLE + "/temporary-table-credentials", tags=["tables"])
+async def temporary_table_credentials(
+    share: str, schema: str, table: str, request: Request, authorization: Optional[str] = Header(None)
+) -> Response:
+    """Credentials that read the table's directory (or the ``location`` the body names under it)
+    until ``expirationTime``: for tables shared with ``dir`` in their ``accessModes``."""
+    service = _service(request)
+    body = await request.body()
+    who = service.principal(authorization)
+    endpoint = service.config.public_url or str(request.base_url)
+    reply = await run_in_threadpool(service.table_credentials, who, share, schema, table, body, endpoint.rstrip("/"))
+    return reply_response(reply)
+
+
 @router.get(TABLE + "/changes", tags=["tables"], dependencies=QUERY_CHECK)
 def changes(
     share: str,

@@ -38,6 +38,7 @@ from deltaport.server.sharing.answers import (
     timestamp_ms,
 )
 from deltaport.server.sharing.change_feed import ChangeFeed
+from deltaport.server.sharing.directory import CloudVendors, DirectoryAccess, FaceIssuer, no_cloud_vendors, url_refusal
 from deltaport.server.sharing.registry import Principal, Registry, SharedTable, StoreOpener
 from deltaport.server.sharing.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.sharing.translate import FileLineMaker, choose_format, header_lines
@@ -63,13 +64,14 @@ def _share_item(share: ShareConfig) -> dict[str, Any]:
     }
 
 
-def _table_item(share: ShareConfig, schema: SchemaConfig, table: SharedTableConfig) -> dict[str, Any]:
-    item = {"name": table.name, "schema": schema.name, "share": share.name}
+def _table_item(shared: SharedTable, placement: Mapping[str, Any]) -> dict[str, Any]:
+    share, table = shared.share, shared.config
+    item: dict[str, Any] = {"name": table.name, "schema": shared.schema.name, "share": share.name}
     if table.id:
         item["id"] = table.id
     if share.id:
         item["shareId"] = share.id
-    return item
+    return {**item, **placement}
 
 
 def _listing(items: list[dict[str, Any]], next_page_token: str | None) -> Reply:
@@ -98,6 +100,8 @@ class SharingService:
         clock: Callable[[], float] = time.time,
         keying: KeyingPool | None = None,
         open_store: StoreOpener = store_for,
+        face: FaceIssuer | None = None,
+        cloud_vendors: CloudVendors = no_cloud_vendors,
     ) -> None:
         self.config = config
         self.cache = cache
@@ -109,6 +113,9 @@ class SharingService:
         self._open_store = open_store
         self.ip_access = RecipientAllowLists()
         self.feed = ChangeFeed(self)
+        self.directory = DirectoryAccess(
+            face=face, cloud_vendors=cloud_vendors, lifetime_seconds=config.temporary_credential_validity_seconds
+        )
 
     def serve_catalog(
         self,
@@ -174,7 +181,7 @@ class SharingService:
             parse_max_results(max_results),
             page_token,
         )
-        return _listing([_table_item(found, in_schema, table) for table in page], token)
+        return _listing([self._table_item(who, found, in_schema, table) for table in page], token)
 
     def list_all_tables(self, who: Principal, share: str, max_results: str | None, page_token: str | None) -> Reply:
         found = self.registry.share(who, share)
@@ -182,7 +189,11 @@ class SharingService:
         page, token = self.registry.paginate(
             who, f"all-tables:{found.name}", every, parse_max_results(max_results), page_token
         )
-        return _listing([_table_item(found, schema, table) for schema, table in page], token)
+        return _listing([self._table_item(who, found, schema, table) for schema, table in page], token)
+
+    def _table_item(self, who: Principal, share: ShareConfig, schema: SchemaConfig, table: SharedTableConfig) -> dict:
+        shared = self.registry.table(who, share.name, schema.name, table.name)
+        return _table_item(shared, self.directory.placement(shared))
 
     # --- table version and metadata ---------------------------------------------------------
 
@@ -266,6 +277,7 @@ class SharingService:
             version=snap.version if time_travel else None,
             size=snap.size_in_bytes if whole else None,
             num_files=snap.num_files if whole else None,
+            placement=self.directory.placement(shared),
         )
         return Reply(headers=self.table_headers(snap.version, caps, fmt, None), content=b"".join(body))
 
@@ -311,6 +323,9 @@ class SharingService:
             )
         answer = Answer(who, caps, parse_fileidhash(fileidhash), base_url)
         shared = self.registry.table(who, share, schema, table)
+        refusal = url_refusal(shared)
+        if refusal is not None:
+            raise refusal
         if req.specific_version and not shared.config.history_shared:
             raise _history_error(shared)
         if req.starting_version is not None:
@@ -343,6 +358,7 @@ class SharingService:
             version=version,
             size=snap.size_in_bytes if part is None else None,  # a slice's recipient learns nothing of the rest
             num_files=snap.num_files if part is None else None,
+            placement=self.directory.placement(shared),
         )
         maker = self.line_maker(shared, answer, fmt, snap.table_uri)
         files = maker.snapshot_lines(snap, indices, version=version)
@@ -422,7 +438,18 @@ class SharingService:
     ) -> Reply:
         """GET /changes: the change data feed (change_feed.py)."""
         answer = Answer(who, Capabilities.parse(capabilities), parse_fileidhash(fileidhash), base_url)
-        return self.feed.changes(who, self.registry.table(who, share, schema, table), params, answer)
+        shared = self.registry.table(who, share, schema, table)
+        refusal = url_refusal(shared)
+        if refusal is not None:
+            raise refusal
+        return self.feed.changes(who, shared, params, answer)
+
+    def table_credentials(
+        self, who: Principal, share: str, schema: str, table: str, body: bytes, endpoint: str
+    ) -> Reply:
+        """POST …/temporary-table-credentials (directory.py)."""
+        shared = self.registry.table(who, share, schema, table)
+        return self.directory.credentials(who, shared, body, endpoint, self.clock())
 
 
 def _declared_size(snap: Snapshot, indices: Any) -> int:

@@ -6,7 +6,7 @@ signed as its line is made, and the earliest URL expiry is tracked for ``endStre
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -58,13 +58,14 @@ def header_lines(
     size: int | None = None,
     num_files: int | None = None,
     protocol_version: int | None = None,
+    placement: Mapping[str, Any] | None = None,
 ) -> list[bytes]:
-    """The protocol and metaData lines."""
+    """The protocol and metaData lines (``placement``: :func:`deltaport.protocol.lines.placement`)."""
     md = config.metadata
     if fmt == DELTA:
         return [
             lines.protocol_delta(config.protocol.to_dict(), version=protocol_version),
-            lines.metadata_delta(md.to_dict(), version=version, size=size, num_files=num_files),
+            lines.metadata_delta(md.to_dict(), version=version, size=size, num_files=num_files, placement=placement),
         ]
     cdf = history_shared and config.change_data_feed_enabled
     schema = lines.clean_schema_for_parquet(config.schema.raw)
@@ -80,6 +81,7 @@ def header_lines(
             version=version,
             size=size,
             num_files=num_files,
+            placement=placement,
         ),
     ]
 

@@ -108,6 +108,12 @@ class ServerConfig:
     pre_signed_url_timeout_seconds: int = setting(
         "preSignedUrlTimeoutSeconds", 3600, Whole(1), "how long a file URL handed out works"
     )
+    temporary_credential_validity_seconds: int = setting(
+        "temporaryCredentialValiditySeconds",
+        3600,
+        Whole(1),
+        "how long credentials for directory access work (a cloud may shorten them: the answer says)",
+    )
     evaluate_predicate_hints: bool = setting(
         "evaluatePredicateHints", True, read_bool, "prune files with SQL predicateHints"
     )
