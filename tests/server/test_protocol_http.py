@@ -68,7 +68,8 @@ def test_list_pagination_walks_everything(http):
             break
     assert len(names) == len(set(names)) == 12
     item = http.get("/delta-sharing/shares/corpus/schemas/default/tables").json()["items"][0]
-    assert set(item) == {"name", "schema", "share", "id"}
+    assert set(item) == {"name", "schema", "share", "id", "accessModes"}
+    assert item["accessModes"] == ["url"]  # and no location: credentials are not offered
 
 
 def test_list_errors(http):

@@ -110,7 +110,7 @@ def test_the_single_bearer_token_reads_every_share():
             assert [s["name"] for s in c.get("/shares").json()["items"]] == ["sales", "marketing", "ops"]
             for i, share in enumerate(("sales", "marketing", "ops")):
                 assert c.get(f"/shares/{share}/all-tables").json()["items"] == [
-                    {"name": f"t{i}", "schema": "s", "share": share}
+                    {"name": f"t{i}", "schema": "s", "share": share, "accessModes": ["url"]}
                 ]
                 r = c.post(f"/shares/{share}/schemas/s/tables/t{i}/query", json={})
                 assert r.status_code == 200 and len(r.content.splitlines()) > 2, r.text
@@ -118,6 +118,10 @@ def test_the_single_bearer_token_reads_every_share():
         _error(httpx.get(server.url + P + "/shares/ops"), 401, "UNAUTHENTICATED")
     finally:
         server.stop()
+
+
+#: A table shared the default way: by file URLs only (no location announced).
+URL = {"accessModes": ["url"]}
 
 
 def test_share_and_table_ids_are_the_configured_ones():
@@ -133,17 +137,24 @@ def test_share_and_table_ids_are_the_configured_ones():
             assert c.get("/shares/SALES").json() == {"share": {"name": "sales", "id": "share-id-sales"}}
             assert c.get("/shares/ops").json() == {"share": {"name": "ops"}}
             sales = [
-                {"name": "t0", "schema": "s", "share": "sales", "id": "table-id-0", "shareId": "share-id-sales"},
-                {"name": "noid", "schema": "s", "share": "sales", "shareId": "share-id-sales"},
+                {"name": "t0", "schema": "s", "share": "sales", "id": "table-id-0", "shareId": "share-id-sales", **URL},
+                {"name": "noid", "schema": "s", "share": "sales", "shareId": "share-id-sales", **URL},
             ]
             assert c.get("/shares/sales/schemas/s/tables").json()["items"] == sales
             assert c.get("/shares/sales/all-tables").json()["items"] == sales
             assert c.get("/shares/marketing/all-tables").json()["items"] == [
-                {"name": "t1", "schema": "s", "share": "marketing", "id": "table-id-1", "shareId": "share-id-marketing"}
+                {
+                    "name": "t1",
+                    "schema": "s",
+                    "share": "marketing",
+                    "id": "table-id-1",
+                    "shareId": "share-id-marketing",
+                    **URL,
+                }
             ]
             # no ids configured: none invented
             assert c.get("/shares/ops/schemas/s/tables").json()["items"] == [
-                {"name": "t2", "schema": "s", "share": "ops"}
+                {"name": "t2", "schema": "s", "share": "ops", **URL}
             ]
     finally:
         server.stop()

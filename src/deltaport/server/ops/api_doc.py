@@ -48,6 +48,20 @@ def query_body() -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": copy.deepcopy(QUERY_BODY_SCHEMA)}}}
 
 
+def credentials_body() -> dict[str, Any]:
+    """The body of ``POST .../temporary-table-credentials``: optional, and its ``location`` too."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "location": {
+                "type": "string",
+                "description": "the table's location, an auxiliary location, or a directory under one of them",
+            }
+        },
+    }
+    return {"required": False, "content": {"application/json": {"schema": schema}}}
+
+
 def _query_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": True, "schema": schema}
 

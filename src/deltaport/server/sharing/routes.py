@@ -152,7 +152,9 @@ async def query(
     return reply_response(reply)
 
 
-@router.post(TABLE + "/temporary-table-credentials", tags=["tables"])
+@router.post(
+    TABLE + "/temporary-table-credentials", tags=["tables"], openapi_extra={"requestBody": api_doc.credentials_body()}
+)
 async def temporary_table_credentials(
     share: str, schema: str, table: str, request: Request, authorization: Optional[str] = Header(None)
 ) -> Response:
