@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import boto3
 import httpx
 import pytest
 from servers import MotoServer
+from vending_support import BUCKET, TABLE
 
-TABLE = Path("/work/shared/delta-tables/basic_partitioned")
-BUCKET = "vend-bucket"
 ALLOW_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 TRUST_ANYONE = {
     "Version": "2012-10-17",

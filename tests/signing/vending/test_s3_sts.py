@@ -24,17 +24,14 @@ write are refused.
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import boto3
 import deltalake
 import httpx
 import pytest
 from botocore.exceptions import ClientError
-from conftest import BUCKET, TABLE
+from vending_support import BUCKET, TABLE, StubServer, closed_port_url
 
 from deltaport.errors import StorageCredentialsRefused, StorageUnavailable
 from deltaport.signing.vending import CredentialScope
@@ -232,35 +229,18 @@ def test_refused_server_credentials_are_the_providers_to_fix(auth_moto, caplog):
 
 
 def test_an_unreachable_sts_is_unavailable(auth_moto):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(StorageUnavailable) as unavailable:
-        _vend(auth_moto.options(aws_role_arn=auth_moto.role_arn, aws_sts_endpoint=closed))
+        _vend(auth_moto.options(aws_role_arn=auth_moto.role_arn, aws_sts_endpoint=closed_port_url()))
     assert not isinstance(unavailable.value, StorageCredentialsRefused)
     assert unavailable.value.http_status == 503
 
 
 def test_an_sts_answering_5xx_is_unavailable(auth_moto):
-    class Failing(BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(503)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Failing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    with StubServer(lambda seen: (503, "text/xml", b"")) as sts:
         with pytest.raises(StorageUnavailable) as unavailable:
-            _vend(auth_moto.options(aws_role_arn=auth_moto.role_arn, aws_sts_endpoint=endpoint))
-        assert not isinstance(unavailable.value, StorageCredentialsRefused)
-    finally:
-        server.shutdown()
+            _vend(auth_moto.options(aws_role_arn=auth_moto.role_arn, aws_sts_endpoint=sts.url))
+        assert sts.seen and sts.seen[0].method == "POST"
+    assert not isinstance(unavailable.value, StorageCredentialsRefused)
 
 
 def test_the_credentials_repr_shows_no_secret(auth_moto):
