@@ -18,13 +18,13 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 from xml.etree import ElementTree
 
 import httpx
 
-from deltaport.errors import StorageCredentialsRefused, StorageUnavailable
 from deltaport.signing.vending import CredentialScope, TemporaryCredentials, option
+from deltaport.signing.vending._http import post, refused
 from deltaport.storage.locations import Location
 
 __all__ = ["AzureSasVendor", "SasFields", "UserDelegationKey", "string_to_sign"]
@@ -116,7 +116,7 @@ def _target(location: str, options: Mapping[str, Any]) -> _Target:
     container, _, host = where.authority.partition("@")
     account = host.split(".", 1)[0] if host else option(options, "azure_storage_account_name", "account_name")
     if not account:
-        raise _refused("no storage account: set account_name in the table's storage options", location)
+        raise refused("no storage account: set account_name in the table's storage options", location)
     endpoint = option(options, "azure_storage_endpoint", "endpoint", "azure_endpoint")
     if not endpoint and str(option(options, "azure_storage_use_emulator", "use_emulator")).lower() == "true":
         endpoint = f"http://127.0.0.1:10000/{account}"
@@ -159,7 +159,7 @@ class AzureSasVendor:
                 options, "azure_storage_account_key", "account_key", "access_key", "azure_storage_access_key"
             )
             if not account_key:
-                raise _refused(
+                raise refused(
                     "no account key nor client id/secret/tenant in the storage options to sign with", scope.location
                 )
             token = sign(fields, str(account_key))
@@ -180,10 +180,10 @@ class AzureSasVendor:
         secret = option(options, "azure_client_secret", "client_secret", "azure_storage_client_secret")
         tenant = option(options, "azure_tenant_id", "tenant_id", "azure_storage_tenant_id", "authority_id")
         if not secret or not tenant:
-            raise _refused("a client id without its client secret and tenant id", location)
+            raise refused("a client id without its client secret and tenant id", location)
         authority = str(option(options, "azure_authority_host", "authority_host") or DEFAULT_AUTHORITY).rstrip("/")
         with httpx.Client(transport=self.transport, timeout=self.timeout) as http:
-            answer = _post(
+            answer = post(
                 http,
                 f"{authority}/{tenant}/oauth2/v2.0/token",
                 location,
@@ -199,7 +199,7 @@ class AzureSasVendor:
                 '<?xml version="1.0" encoding="utf-8"?>'
                 f"<KeyInfo><Start>{_time(start)}</Start><Expiry>{_time(expiry)}</Expiry></KeyInfo>"
             )
-            answer = _post(
+            answer = post(
                 http,
                 f"{target.endpoint.rstrip('/')}/?restype=service&comp=userdelegationkey",
                 location,
@@ -220,39 +220,3 @@ class AzureSasVendor:
             text("SignedVersion"),
             text("Value"),
         )
-
-
-def _post(http: httpx.Client, url: str, location: str, **kwargs: Any) -> httpx.Response:
-    """POST; unreachable, throttled or 5xx → StorageUnavailable; any other refusal →
-    StorageCredentialsRefused (the status and, for Azure AD, its error code, never the body's secrets)."""
-    where = urlsplit(url).netloc
-    try:
-        answer = http.post(url, **kwargs)
-    except httpx.HTTPError as exc:
-        raise StorageUnavailable(
-            "the storage's credential service could not be reached; retry later",
-            detail=f"{where}: {type(exc).__name__}",
-        ) from exc
-    if answer.status_code >= 500 or answer.status_code == 429:
-        raise StorageUnavailable(
-            "the storage's credential service did not answer; retry later", detail=f"{where}: {answer.status_code}"
-        )
-    if answer.status_code >= 400:
-        raise _refused(f"{where} answered {answer.status_code} {_error_code(answer)}", location)
-    return answer
-
-
-def _error_code(answer: httpx.Response) -> str:
-    try:
-        return str(answer.json().get("error", ""))
-    except ValueError:
-        return answer.headers.get("x-ms-error-code", "")
-
-
-def _refused(detail: str, location: str) -> StorageCredentialsRefused:
-    return StorageCredentialsRefused(
-        "the data provider's storage credentials cannot make temporary credentials for this table: "
-        "the provider must fix the server's storage credentials for this table's storage",
-        detail=detail,
-        location=location,
-    )

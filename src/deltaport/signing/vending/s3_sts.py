@@ -20,8 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deltaport.errors import StorageCredentialsRefused, StorageUnavailable
+from deltaport.errors import StorageUnavailable
 from deltaport.signing.vending import CredentialScope, TemporaryCredentials, option
+from deltaport.signing.vending._http import refused
 from deltaport.storage.locations import Location
 
 __all__ = ["S3StsVendor", "session_policy"]
@@ -177,20 +178,11 @@ def _call(fn: Callable[[], dict[str, Any]], location: str) -> dict[str, Any]:
                 "the storage's token service did not answer; retry later", detail=f"STS {status} {code}"
             ) from exc
         if code in _REFUSED or status in (400, 401, 403):
-            raise _refused(f"STS refused the request: {code}: {error.get('Message', '')}", location) from exc
+            raise refused(f"STS refused the request: {code}: {error.get('Message', '')}", location) from exc
         raise StorageUnavailable("the storage's token service failed; retry later", detail=f"STS {code}") from exc
     except (NoCredentialsError, PartialCredentialsError) as exc:
-        raise _refused(f"the server has no AWS credentials to ask STS with ({type(exc).__name__})", location) from exc
+        raise refused(f"the server has no AWS credentials to ask STS with ({type(exc).__name__})", location) from exc
     except BotoCoreError as exc:  # connection refused or reset, timeouts, bad endpoint
         raise StorageUnavailable(
             "the storage's token service could not be reached; retry later", detail=f"STS: {type(exc).__name__}"
         ) from exc
-
-
-def _refused(detail: str, location: str) -> StorageCredentialsRefused:
-    return StorageCredentialsRefused(
-        "the data provider's storage credentials cannot make temporary credentials for this table: "
-        "the provider must fix the server's storage credentials (or its role) for this table's storage",
-        detail=detail,
-        location=location,
-    )
