@@ -38,3 +38,10 @@ def test_a_store_no_cloud_vends_for_is_refused_naming_url_access(url):
         cloud_vendor_for(Location.parse(url), {})
     assert refused.value.http_status == 400
     assert "url access" in refused.value.message and "s3://" in refused.value.message
+
+
+def test_a_scope_s_repr_shows_none_of_its_storage_options():
+    from deltaport.signing.vending import CredentialScope
+
+    scope = CredentialScope("s3://b/t", {"aws_secret_access_key": "secret-in-options"})
+    assert "secret-in-options" not in repr(scope) and "s3://b/t" in repr(scope)

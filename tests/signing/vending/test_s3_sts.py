@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import parse_qsl
 
 import boto3
 import deltalake
@@ -248,3 +249,52 @@ def test_the_credentials_repr_shows_no_secret(auth_moto):
     for secret in (creds.values["secretAccessKey"], creds.values["sessionToken"], auth_moto.secret_key):
         assert secret not in repr(creds)
         assert secret not in repr(S3StsVendor())
+
+
+def test_without_credentials_anywhere_the_provider_is_told(monkeypatch, tmp_path):
+    """No keys in the options and none in boto3's default chain (environment, files, instance)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(StorageCredentialsRefused) as refused:
+        _vend({"endpoint": closed_port_url(), "aws_role_arn": ROLE})
+    assert "no AWS credentials" in refused.value.operator_message
+
+
+_STS = "https://sts.amazonaws.com/doc/2011-06-15/"
+_TOO_LONG = (
+    f'<ErrorResponse xmlns="{_STS}"><Error><Type>Sender</Type><Code>ValidationError</Code><Message>The requested '
+    "DurationSeconds exceeds the MaxSessionDuration set for this role.</Message></Error><RequestId>1</RequestId>"
+    "</ErrorResponse>"
+)
+_ASSUMED = (
+    f'<AssumeRoleResponse xmlns="{_STS}"><AssumeRoleResult><Credentials><AccessKeyId>ASIAEXAMPLE</AccessKeyId>'
+    "<SecretAccessKey>stub-secret</SecretAccessKey><SessionToken>stub-token</SessionToken>"
+    "<Expiration>2030-01-01T01:00:00Z</Expiration></Credentials><AssumedRoleUser><Arn>arn:aws:sts::1:assumed-role/r/s"
+    "</Arn><AssumedRoleId>AROA:s</AssumedRoleId></AssumedRoleUser></AssumeRoleResult><ResponseMetadata>"
+    "<RequestId>2</RequestId></ResponseMetadata></AssumeRoleResponse>"
+)
+
+
+def test_a_lifetime_longer_than_the_role_allows_is_asked_again_for_an_hour():
+    """STS refuses a duration above the role's MaxSessionDuration; the vendor asks once more for the
+    default maximum, and says in the expiry what STS gave."""
+
+    def sts(seen):
+        form = dict(parse_qsl(seen.body.decode()))
+        return (
+            (400, "text/xml", _TOO_LONG.encode())
+            if form["DurationSeconds"] != "3600"
+            else (200, "text/xml", _ASSUMED.encode())
+        )
+
+    with StubServer(sts) as stub:
+        creds = _vend(
+            {"endpoint": stub.url, "aws_access_key_id": "a", "aws_secret_access_key": "b", "aws_role_arn": ROLE},
+            lifetime=7200,
+        )
+    asked = [dict(parse_qsl(seen.body.decode()))["DurationSeconds"] for seen in stub.seen]
+    assert asked == ["7200", "3600"]
+    assert creds.expiration_ms == 1_893_459_600_000  # 2030-01-01T01:00:00Z

@@ -36,7 +36,7 @@ class CredentialScope:
     """
 
     location: str
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)  # keys and secrets
     lifetime_seconds: int = 3600
     session_name: str = "deltaport"
 
