@@ -151,6 +151,13 @@ class StorageUnavailable(StorageError):
     retry_after_seconds = 5
 
 
+class StorageCredentialsRefused(StorageUnavailable):
+    """The cloud refused the server's own storage credentials (or found them missing or unfit) when
+    the server asked it for something on a recipient's behalf: the provider must fix them. A 503
+    with ``Retry-After``, never a 500: the recipient did nothing wrong, and a fix needs no change on
+    its side. ``detail`` holds the cloud's error code for the operator, never a secret."""
+
+
 # --- Delta log engine -----------------------------------------------------------------------
 
 

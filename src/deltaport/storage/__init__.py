@@ -14,7 +14,16 @@ from deltaport.errors import StorageError
 from deltaport.storage.base import FileInfo, ObjectStore
 from deltaport.storage.local import LocalStore
 
-__all__ = ["FileInfo", "LocalStore", "ObjectStore", "check_storage_options", "is_local", "local_path_of", "store_for"]
+__all__ = [
+    "VENDING_OPTIONS",
+    "FileInfo",
+    "LocalStore",
+    "ObjectStore",
+    "check_storage_options",
+    "is_local",
+    "local_path_of",
+    "store_for",
+]
 
 #: URL schemes served by obstore, mapped to their canonical scheme.
 OBJECT_STORE_SCHEMES = {
@@ -33,6 +42,19 @@ OBJECT_STORE_SCHEMES = {
     "http": "http",
     "https": "https",
     "memory": "memory",
+}
+
+
+#: Storage options that only the vending of temporary credentials reads (deltaport.signing.vending),
+#: with what each is for. Accepted beside the store's own options (any case) and never handed to the
+#: object store: obstore would read ``aws_role_arn`` and ``aws_sts_endpoint`` as its own web-identity
+#: settings.
+VENDING_OPTIONS = {
+    "aws_role_arn": "the IAM role that temporary credentials are taken from (STS AssumeRole)",
+    "aws_external_id": "the external id the role's trust policy asks for",
+    "aws_sts_endpoint": "the STS endpoint, where it is not the S3-compatible endpoint (or AWS's own)",
+    "azure_sas_scope": "'directory' (default; ADLS Gen2 accounts) or 'container' (flat-namespace accounts)",
+    "gcs_sts_endpoint": "Google's token exchange endpoint (default https://sts.googleapis.com/v1/token)",
 }
 
 
@@ -97,7 +119,7 @@ def _object_store_args(location: str, options: Mapping[str, Any] | None) -> tupl
             "s3://, az://, abfss://, wasbs:// or gs://",
             location=location,
         )
-    opts = dict(options or {})
+    opts = {key: value for key, value in (options or {}).items() if key.lower() not in VENDING_OPTIONS}
     if scheme in ("wasb", "wasbs", "abfss", "abfs") and "@" in urlparse(location).netloc:
         account = urlparse(location).netloc.split("@", 1)[1].split(".", 1)[0]
         opts.setdefault("account_name", account)

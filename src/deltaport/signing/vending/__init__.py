@@ -18,7 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-__all__ = ["CredentialScope", "TemporaryCredentials", "Vendor"]
+from deltaport.errors import UnsupportedOperation
+from deltaport.storage.locations import Location
+
+__all__ = ["CredentialScope", "TemporaryCredentials", "Vendor", "cloud_vendor_for", "option"]
 
 #: The protocol's name of each kind of credential in the answer.
 WIRE_FIELDS = {"aws": "awsTempCredentials", "azure": "azureUserDelegationSas", "gcp": "gcpOauthToken"}
@@ -33,7 +36,7 @@ class CredentialScope:
     """
 
     location: str
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)  # keys and secrets
     lifetime_seconds: int = 3600
     session_name: str = "deltaport"
 
@@ -66,3 +69,34 @@ class TemporaryCredentials:
 
 class Vendor(Protocol):
     def vend(self, scope: CredentialScope, *, now: float) -> TemporaryCredentials: ...
+
+
+def option(options: Mapping[str, Any], *names: str) -> Any:
+    """The value of the first of ``names`` (any spelling of case) the storage options hold, else None."""
+    lowered = {str(key).lower(): value for key, value in options.items()}
+    for name in names:
+        value = lowered.get(name)
+        if value not in (None, ""):
+            return value
+    return None
+
+
+def cloud_vendor_for(location: Location, options: Mapping[str, Any]) -> Vendor:
+    """The vendor for a table stored at ``location`` (its storage ``options`` merged, the table's over
+    the server's); UnsupportedOperation, naming what can be done, for a store no cloud vends for."""
+    if location.scheme == "s3":
+        from deltaport.signing.vending.s3_sts import S3StsVendor
+
+        return S3StsVendor()
+    if location.scheme in ("az", "abfs", "wasb", "adl", "azure"):
+        from deltaport.signing.vending.azure_sas import AzureSasVendor
+
+        return AzureSasVendor()
+    if location.scheme == "gs":
+        from deltaport.signing.vending.gcs_boundary import GcsBoundaryVendor
+
+        return GcsBoundaryVendor(sts_endpoint=option(options, "gcs_sts_endpoint"))
+    raise UnsupportedOperation(
+        f"temporary credentials cannot be made for a table stored under {location.scheme}://: they are made "
+        "for s3://, az://, abfss://, wasbs:// and gs:// tables; read this table with url access (query the table)"
+    )
