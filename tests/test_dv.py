@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import struct
 import uuid
 import zlib
@@ -34,7 +35,7 @@ from deltaport.dv import (
 )
 from deltaport.errors import CorruptLog
 
-TABLES = Path("/work/shared/delta-tables")
+TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
 
 needs_tables = pytest.mark.skipif(not TABLES.is_dir(), reason="shared Delta tables not present")
 

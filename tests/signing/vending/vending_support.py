@@ -3,13 +3,15 @@ cloud's token endpoints, which records every request it is sent."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-TABLE = Path("/work/shared/delta-tables/basic_partitioned")
+SHARED = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[4] / "shared"))
+TABLE = SHARED / "delta-tables" / "basic_partitioned"
 BUCKET = "vend-bucket"
 
 

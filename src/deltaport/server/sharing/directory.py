@@ -51,10 +51,6 @@ class FaceIssuer(Protocol):
 CloudVendors = Callable[[Location, Mapping[str, Any]], Vendor]
 
 
-def no_cloud_vendors(location: Location, options: Mapping[str, Any]) -> Vendor:
-    raise UnsupportedOperation(f"this server cannot vend credentials for {location.url()}")
-
-
 def url_refusal(shared: SharedTable) -> UnsupportedOperation | None:
     """The error for reading, by file URLs (/query, /changes), a table shared for directory access
     only; None when it offers URLs."""

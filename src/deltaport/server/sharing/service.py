@@ -38,12 +38,13 @@ from deltaport.server.sharing.answers import (
     timestamp_ms,
 )
 from deltaport.server.sharing.change_feed import ChangeFeed
-from deltaport.server.sharing.directory import CloudVendors, DirectoryAccess, FaceIssuer, no_cloud_vendors, url_refusal
+from deltaport.server.sharing.directory import CloudVendors, DirectoryAccess, FaceIssuer, url_refusal
 from deltaport.server.sharing.registry import Principal, Registry, SharedTable, StoreOpener
 from deltaport.server.sharing.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.sharing.translate import FileLineMaker, choose_format, header_lines
 from deltaport.server.sources.config import RecipientConfig, SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig
 from deltaport.server.sources.reload_summary import describe_reload
+from deltaport.signing.vending import cloud_vendor_for
 from deltaport.storage import store_for
 
 log = logging.getLogger("deltaport.server")
@@ -101,7 +102,7 @@ class SharingService:
         keying: KeyingPool | None = None,
         open_store: StoreOpener = store_for,
         face: FaceIssuer | None = None,
-        cloud_vendors: CloudVendors = no_cloud_vendors,
+        cloud_vendors: CloudVendors = cloud_vendor_for,
     ) -> None:
         self.config = config
         self.cache = cache
