@@ -396,3 +396,45 @@ def test_a_redirect_is_refused_and_the_token_stays_with_the_host_it_was_given_fo
             s.server_close()
     assert f"the server at {host} redirects to http://127.0.0.1:{other.server_port}/" in failed.stderr
     assert seen == []
+
+
+def test_share_metadata_and_access_modes_from_the_command_line(server):
+    _tables_setup(server)
+    made = server.admin(
+        "shares",
+        "create",
+        "vaccine",
+        "--display-name",
+        "Vaccine Share",
+        "--property",
+        "owner=vaccine-team",
+        "--property",
+        "region=us-west-2",
+        "--json",
+    ).stdout
+    assert (json.loads(made)["display_name"], json.loads(made)["properties"]) == (
+        "Vaccine Share",
+        {"owner": "vaccine-team", "region": "us-west-2"},
+    )
+    server.admin(
+        "shares",
+        "add-table",
+        "vaccine",
+        "main.sales.orders",
+        "--access-mode",
+        "url",
+        "--access-mode",
+        "dir",
+        "--auxiliary-location",
+        "s3://aux/orders",
+    )
+    (obj,) = json.loads(server.admin("shares", "get", "vaccine", "--json").stdout)["objects"]
+    assert (obj["access_modes"], obj["auxiliary_locations"]) == (["url", "dir"], ["s3://aux/orders"])
+    shown = server.admin("shares", "get", "vaccine").stdout
+    assert "Vaccine Share" in shown and "owner=vaccine-team, region=us-west-2" in shown and "url,dir" in shown
+    (table,) = server.catalog.served().shares[0].schemas[0].tables
+    assert (table.access_modes, table.auxiliary_locations) == (("url", "dir"), ("s3://aux/orders",))
+    refused = server.admin("shares", "add-schema", "vaccine", "main.sales", "--access-mode", "files", code=1)
+    assert "unknown access mode(s) ['files']" in refused.stderr
+    refused = server.admin("shares", "create", "x", "--display-name", "D" * 256, code=1)
+    assert "more than the 255 the protocol allows" in refused.stderr

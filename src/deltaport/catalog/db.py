@@ -1,7 +1,7 @@
 """The catalog database: its tables (SQLAlchemy Core), the engine for a URL, and migrating it to
 the newest schema.
 
-Invariants of the schema (migration 0001 creates it; ``tests/catalog/test_migrations.py`` checks
+Invariants of the schema (migration 0001 creates it, later ones add to it; ``tests/catalog/test_migrations.py`` checks
 that the migrations and these definitions agree):
 
 - every name is kept as the provider spelt it and once more lower-cased (``*_lc``, computed in
@@ -135,6 +135,8 @@ shares = sa.Table(
     sa.Column("name_lc", sa.String(255), nullable=False, unique=True),
     sa.Column("comment", sa.Text),
     *_times(),
+    sa.Column("display_name", sa.String(255)),  # migration 0004
+    sa.Column("properties", sa.JSON, nullable=False, server_default="{}"),  # migration 0004
 )
 
 #: One row per data object of a share: exactly one of ``table_ref`` (a TABLE) and ``schema_ref``
@@ -155,6 +157,9 @@ share_objects = sa.Table(
     sa.Column("comment", sa.Text),
     sa.Column("partitions", sa.JSON, nullable=False),
     sa.Column("added_at", sa.BigInteger, nullable=False),
+    # migration 0004: "url" and/or "dir"; storage URLs
+    sa.Column("access_modes", sa.JSON, nullable=False, server_default='["url"]'),
+    sa.Column("auxiliary_locations", sa.JSON, nullable=False, server_default="[]"),
     sa.UniqueConstraint("share_ref", "shared_as_lc"),
     sa.UniqueConstraint("share_ref", "table_ref"),
     sa.UniqueConstraint("share_ref", "schema_ref"),

@@ -3,8 +3,9 @@
 What a config file declares maps onto the catalog as follows: each share's tables become tables of
 a catalog named after the share (dots in the share's name become '_'), in schemas named as in the
 config, at the same locations, keeping their ids; the share holds each table under the name
-recipients knew ("schema.table"), with its history (and so its change data feed) and start
-version. Each recipient keeps its tokens (the catalog stores the digests the config holds, so the
+recipients knew ("schema.table"), with its history (and so its change data feed), start
+version, access modes and auxiliary locations; the share keeps its id, comment, display name and
+properties. Each recipient keeps its tokens (the catalog stores the digests the config holds, so the
 tokens in recipients' profiles go on working), its expiry, its IP access list and its grants. The
 config's single ``authorization.bearerToken`` becomes a recipient named ``bearer`` granted every
 share. A recipient whose expiry has passed is left out (and named in the result).
@@ -110,7 +111,13 @@ def _import_share(db: CatalogDB, share: ShareConfig, known: dict[str, str]) -> i
     share's table, shared here under this share's name)."""
     catalog = _catalog_name(share.name)
     db.create_catalog(catalog, comment=f"imported with share '{share.name}'")
-    db.create_share(share.name, comment=share.comment, share_id=share.id or None)
+    db.create_share(
+        share.name,
+        comment=share.comment,
+        share_id=share.id or None,
+        display_name=share.display_name,
+        properties=share.properties,
+    )
     updates = []
     for schema in share.schemas:
         db.create_schema(catalog, schema.name)
@@ -128,6 +135,8 @@ def _import_share(db: CatalogDB, share: ShareConfig, known: dict[str, str]) -> i
                 start_version=table.start_version,
                 comment=table.comment,
                 partitions=table.partitions,
+                access_modes=table.access_modes,
+                auxiliary_locations=table.auxiliary_locations,
             )
             updates.append(ObjectUpdate("ADD", shared))
     if updates:

@@ -92,6 +92,10 @@ class SharedObject:
     comment: str | None = None
     partitions: tuple[tuple[PartitionValue, ...], ...] = ()
     added_at: int = 0
+    #: "url" and/or "dir" (see :func:`deltaport.catalog.served.check_access_modes`)
+    access_modes: tuple[str, ...] = ("url",)
+    #: storage URLs of other roots a TABLE's log names files under
+    auxiliary_locations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class ShareInfo:
     id: str = ""  # a UUID, fixed at creation: the protocol's share id
     created_at: int = 0
     updated_at: int = 0
+    display_name: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -259,10 +259,19 @@ class CatalogDB:
 
     # --- shares -----------------------------------------------------------------------------------
 
-    def create_share(self, name: str, *, comment: str | None = None, share_id: str | None = None) -> ShareInfo:
-        """A new share; ``share_id`` keeps the id it had elsewhere (default: a new uuid4)."""
+    def create_share(
+        self,
+        name: str,
+        *,
+        comment: str | None = None,
+        share_id: str | None = None,
+        display_name: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> ShareInfo:
+        """A new share; ``share_id`` keeps the id it had elsewhere (default: a new uuid4). The
+        comment, display name and properties are held to the protocol's limits."""
         with self._write() as tx:
-            return store_shares.create_share(tx, name, comment, share_id)
+            return store_shares.create_share(tx, name, comment, share_id, display_name, properties)
 
     def get_share(self, name: str, *, include_objects: bool = False) -> ShareInfo:
         with self._read() as tx:
@@ -279,11 +288,22 @@ class CatalogDB:
         new_name: str | None = None,
         comment: str | None = None,
         updates: Sequence[ObjectUpdate] = (),
+        display_name: str | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> ShareInfo:
-        """Rename, comment and ADD/REMOVE/UPDATE data objects, all or nothing; returns the share
-        with its objects. See :class:`ObjectUpdate` and :mod:`deltaport.catalog.store_shares`."""
+        """Rename, comment, display name, properties (None: unchanged) and ADD/REMOVE/UPDATE data
+        objects, all or nothing; returns the share with its objects. See :class:`ObjectUpdate` and
+        :mod:`deltaport.catalog.store_shares`."""
         with self._write() as tx:
-            return store_shares.update_share(tx, name, new_name=new_name, comment=comment, updates=updates)
+            return store_shares.update_share(
+                tx,
+                name,
+                new_name=new_name,
+                comment=comment,
+                updates=updates,
+                display_name=display_name,
+                properties=properties,
+            )
 
     def delete_share(self, name: str) -> None:
         """The share goes with its objects and grants."""

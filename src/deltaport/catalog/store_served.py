@@ -6,12 +6,15 @@ created later included), served in the schema named by its ``shared_as`` under t
 TABLE object is served as its ``shared_as`` "schema.table". Should both give the same served
 table name (the schema part of a TABLE's shared_as equal to a SCHEMA object's), the TABLE object
 wins: its settings were chosen for that table. Served schema and table names are grouped without
-regard to case; everything is sorted by lower-cased name. A recipient is served with its
-activated tokens only and the lower-cased names of the shares it holds SELECT on.
+regard to case; everything is sorted by lower-cased name. A table whose
+directory access :func:`~deltaport.catalog.served.dir_access_refusal` refuses (one created later in
+a shared schema, on storage no credentials can be vended for) is served by URL only. A recipient is
+served with its activated tokens only and the lower-cased names of the shares it holds SELECT on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from operator import attrgetter
 from types import MappingProxyType
@@ -21,7 +24,14 @@ import sqlalchemy as sa
 
 from deltaport.catalog import db
 from deltaport.catalog.names import name_key
-from deltaport.catalog.served import RecipientConfig, SchemaConfig, ShareConfig, SharedTableConfig, TokenHash
+from deltaport.catalog.served import (
+    RecipientConfig,
+    SchemaConfig,
+    ShareConfig,
+    SharedTableConfig,
+    TokenHash,
+    dir_access_refusal,
+)
 from deltaport.catalog.store_shares import partitions_from_json
 from deltaport.catalog.store_types import ServedCatalog, Tx
 
@@ -63,6 +73,8 @@ def _object_tables(tx: Tx) -> list[Any]:
         _SO.c.start_version,
         _SO.c.comment.label("object_comment"),
         _SO.c.partitions,
+        _SO.c.access_modes,
+        _SO.c.auxiliary_locations,
         _T.c.name.label("table_name"),
         _T.c.table_id,
         _T.c.storage_location,
@@ -84,23 +96,41 @@ def _shares(tx: Tx, options: Mapping[str, Any]) -> tuple[ShareConfig, ...]:
             comment = row.object_comment if row.object_comment is not None else row.table_comment
         schemas = per_share.setdefault(row.share_ref, {})
         _, tables = schemas.setdefault(name_key(schema), (schema, {}))
-        tables[name_key(table)] = SharedTableConfig(
-            name=table,
-            location=row.storage_location,
-            id=row.table_id,
-            history_shared=bool(row.history_shared or row.cdf_enabled),
-            start_version=row.start_version,
-            storage_options=options,
-            partitions=partitions_from_json(row.partitions),
-            comment=comment,
+        tables[name_key(table)] = _with_access(
+            SharedTableConfig(
+                name=table,
+                location=row.storage_location,
+                id=row.table_id,
+                history_shared=bool(row.history_shared or row.cdf_enabled),
+                start_version=row.start_version,
+                storage_options=options,
+                partitions=partitions_from_json(row.partitions),
+                comment=comment,
+                auxiliary_locations=tuple(row.auxiliary_locations),
+            ),
+            tuple(row.access_modes),
         )
     rows = sorted(tx.conn.execute(sa.select(_SH)).all(), key=lambda r: r.name_lc)
     return tuple(
         ShareConfig(
-            name=row.name, schemas=_schema_configs(per_share.get(row.id, {})), id=row.share_id, comment=row.comment
+            name=row.name,
+            schemas=_schema_configs(per_share.get(row.id, {})),
+            id=row.share_id,
+            comment=row.comment,
+            display_name=row.display_name,
+            properties=dict(row.properties),
         )
         for row in rows
     )
+
+
+def _with_access(table: SharedTableConfig, modes: tuple[str, ...]) -> SharedTableConfig:
+    """The table with the object's access modes, but 'dir' where :func:`dir_access_refusal` refuses
+    it (a table created in a shared schema after the object was added, on storage no credentials
+    can be vended for): such a table is read by URL."""
+    if "dir" in modes and dir_access_refusal(table) is not None:
+        modes = ("url",)
+    return dataclasses.replace(table, access_modes=modes)
 
 
 def _schema_configs(schemas: _Schemas) -> tuple[SchemaConfig, ...]:

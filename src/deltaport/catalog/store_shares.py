@@ -11,7 +11,7 @@ stays what recipients already know.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +20,15 @@ from sqlalchemy.engine import Row
 from deltaport.catalog import db
 from deltaport.catalog.model import Grant, ObjectType, PartitionOp, PartitionValue, SharedObject, ShareInfo
 from deltaport.catalog.names import check_name, name_key, split_name
+from deltaport.catalog.served import (
+    SharedTableConfig,
+    check_access_modes,
+    check_auxiliary_locations,
+    check_comment,
+    check_display_name,
+    check_properties,
+    dir_access_refusal,
+)
 from deltaport.catalog.store_catalog import schema_row, table_row
 from deltaport.catalog.store_recipients import recipient_row
 from deltaport.catalog.store_sql import BIGINT_MAX, insert_row, one_row, write_unique
@@ -91,6 +100,8 @@ def _shared_object(row: Row[Any], name: str) -> SharedObject:
         comment=row.comment,
         partitions=partitions_from_json(row.partitions),
         added_at=row.added_at,
+        access_modes=tuple(row.access_modes),
+        auxiliary_locations=tuple(row.auxiliary_locations),
     )
 
 
@@ -125,14 +136,38 @@ def _share_info(row: Row[Any], objects: Iterable[tuple[int, SharedObject]] = ())
         id=row.share_id,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        display_name=row.display_name,
+        properties=dict(row.properties),
     )
 
 
 # --- shares ---------------------------------------------------------------------------------------
 
 
-def create_share(tx: Tx, name: str, comment: str | None, share_id: str | None = None) -> ShareInfo:
+def _metadata(name: str, comment: object, display_name: object, properties: object) -> dict[str, Any]:
+    """The share's comment, display name and properties checked (the protocol's limits), as stored;
+    a None left out (unchanged)."""
+    where = f"share '{name}'"
+    values: dict[str, Any] = {}
+    if comment is not None:
+        values["comment"] = check_comment(comment, where, "comment")
+    if display_name is not None:
+        values["display_name"] = check_display_name(display_name, where, "display_name")
+    if properties is not None:
+        values["properties"] = check_properties(properties, where, "properties")
+    return values
+
+
+def create_share(
+    tx: Tx,
+    name: str,
+    comment: str | None,
+    share_id: str | None = None,
+    display_name: str | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> ShareInfo:
     check_name(name, "share", allow_dot=True)
+    metadata = {"properties": {}, **_metadata(name, comment, display_name, properties)}
     conflict = f"share '{name}' already exists: choose another name or update it"
     if tx.conn.execute(sa.select(_SH.c.id).where(_SH.c.name_lc == name_key(name))).first() is not None:
         raise AlreadyExists(conflict)
@@ -140,9 +175,9 @@ def create_share(tx: Tx, name: str, comment: str | None, share_id: str | None = 
         share_id=share_id or str(uuid.uuid4()),
         name=name,
         name_lc=name_key(name),
-        comment=comment,
         created_at=tx.now_ms,
         updated_at=tx.now_ms,
+        **metadata,
     )
     insert_row(tx, _SH, values, conflict)
     return get_share(tx, name, include_objects=False)
@@ -166,20 +201,26 @@ def delete_share(tx: Tx, name: str) -> None:
 
 
 def update_share(
-    tx: Tx, name: str, *, new_name: str | None, comment: str | None, updates: Sequence[ObjectUpdate]
+    tx: Tx,
+    name: str,
+    *,
+    new_name: str | None,
+    comment: str | None,
+    updates: Sequence[ObjectUpdate],
+    display_name: str | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> ShareInfo:
-    """Rename, comment and object changes, applied in order inside the caller's one transaction:
+    """Rename, comment, display name, properties (each None: unchanged; an empty display name or
+    properties: none) and object changes, applied in order inside the caller's one transaction:
     the first failing change fails the call and nothing of it stays."""
     row = share_row(tx, name)
-    values: dict[str, Any] = {"updated_at": tx.now_ms}
+    values: dict[str, Any] = {"updated_at": tx.now_ms, **_metadata(row.name, comment, display_name, properties)}
     if new_name is not None:
         check_name(new_name, "share", allow_dot=True)
         taken = sa.select(_SH.c.id).where(_SH.c.name_lc == name_key(new_name), _SH.c.id != row.id)
         if tx.conn.execute(taken).first() is not None:
             raise AlreadyExists(f"share '{new_name}' already exists: choose another name")
         values.update(name=new_name, name_lc=name_key(new_name))
-    if comment is not None:
-        values["comment"] = comment
     conflict = f"share '{values.get('name', row.name)}' already exists: choose another name"
     write_unique(tx, sa.update(_SH).where(_SH.c.id == row.id).values(**values), conflict)
     share_name = values.get("name", row.name)
@@ -223,20 +264,44 @@ def _check_shared_as(shared_as: str, kind: ObjectType, where: str) -> str:
     return shared_as
 
 
-def _settings(obj: SharedObject, kind: ObjectType, where: str) -> dict[str, Any]:
-    """The object's settings checked, as stored."""
+def _settings(obj: SharedObject, kind: ObjectType, where: str, locations: Sequence[str]) -> dict[str, Any]:
+    """The object's settings checked, as stored. ``locations``: the storage locations of its table
+    (a TABLE) or of the tables its schema has now (a SCHEMA), each checked for directory access
+    when the object asks for it."""
     version = obj.start_version
     if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= BIGINT_MAX:
         raise InvalidParameter(f"start_version of {where} must be a version number, 0 to {BIGINT_MAX}")
     if kind is ObjectType.SCHEMA and obj.partitions:
         raise InvalidParameter(f"{where} is a schema: partitions apply to tables only; share the tables instead")
+    if kind is ObjectType.SCHEMA and obj.auxiliary_locations:
+        raise InvalidParameter(
+            f"{where} is a schema: auxiliary_locations apply to tables only; share the tables instead"
+        )
+    modes = check_access_modes(obj.access_modes, where, "access_modes")
+    auxiliary = check_auxiliary_locations(
+        obj.auxiliary_locations, locations[0] if locations else "", where, "auxiliary_locations"
+    )
+    if "dir" in modes:
+        for location in locations:
+            table = SharedTableConfig("", location, partitions=obj.partitions, auxiliary_locations=auxiliary)
+            refusal = dir_access_refusal(table)
+            if refusal:
+                raise InvalidParameter(f"access_modes of {where} has 'dir', but {refusal}")
     return dict(
         history_shared=bool(obj.history_shared),
         cdf_enabled=bool(obj.cdf_enabled),
         start_version=obj.start_version,
         comment=obj.comment,
         partitions=partitions_to_json(obj.partitions, where),
+        access_modes=list(modes),
+        auxiliary_locations=list(auxiliary),
     )
+
+
+def _locations(tx: Tx, kind: ObjectType, ref: int) -> list[str]:
+    """The storage location of a TABLE object's table, or of each table a SCHEMA object's schema has."""
+    column = _T.c.id if kind is ObjectType.TABLE else _T.c.schema_id
+    return list(tx.conn.execute(sa.select(_T.c.storage_location).where(column == ref).order_by(_T.c.id)).scalars())
 
 
 def _check_shared_as_free(tx: Tx, share_ref: int, share_name: str, shared_as: str, except_id: int | None) -> None:
@@ -259,7 +324,7 @@ def _add(tx: Tx, share_ref: int, share_name: str, obj: SharedObject) -> None:
         catalog, schema = schema_row(tx, *split_name(obj.name, ("catalog", "schema")))
         full, ref_column, ref, default_as = f"{catalog.name}.{schema.name}", "schema_ref", schema.id, schema.name
     where = f"{kind.value.lower()} '{full}' in share '{share_name}'"
-    settings = _settings(obj, kind, where)
+    settings = _settings(obj, kind, where, _locations(tx, kind, ref))
     shared_as = _check_shared_as(obj.shared_as or default_as, kind, where)
     present = sa.select(_SO.c.id).where(_SO.c.share_ref == share_ref, _SO.c[ref_column] == ref)
     if tx.conn.execute(present).first() is not None:
@@ -289,7 +354,8 @@ def _find(tx: Tx, share_ref: int, share_name: str, name: str) -> tuple[int, Shar
 def _update(tx: Tx, share_ref: int, share_name: str, object_id: int, current: SharedObject, new: SharedObject) -> None:
     kind = current.data_object_type
     where = f"{kind.value.lower()} '{current.name}' in share '{share_name}'"
-    settings = _settings(new, kind, where)
+    row = tx.conn.execute(sa.select(_SO.c.table_ref, _SO.c.schema_ref).where(_SO.c.id == object_id)).one()
+    settings = _settings(new, kind, where, _locations(tx, kind, row.table_ref or row.schema_ref))
     shared_as = _check_shared_as(new.shared_as or current.shared_as, kind, where)
     if name_key(shared_as) != name_key(current.shared_as):
         _check_shared_as_free(tx, share_ref, share_name, shared_as, object_id)

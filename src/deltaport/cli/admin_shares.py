@@ -36,6 +36,10 @@ shares_app = typer.Typer(help="Shares: named sets of tables and schemas granted 
 recipients_app = typer.Typer(help="Recipients: who reads shares, each with bearer tokens.", no_args_is_help=True)
 
 _SHARE = typer.Argument(..., help="The share's name.")
+_ACCESS_MODE_HELP = (
+    "How recipients may read it: url (the server lists its files) or dir (the server vends "
+    "credentials for its directory); repeat for both (default: url)."
+)
 _RECIPIENT = typer.Argument(..., help="The recipient's name.")
 
 # --- partition filters ----------------------------------------------------------------------------
@@ -125,11 +129,20 @@ def _update(ctx: typer.Context, share: str, action: str, data_object: dict[str, 
 def create_share(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The new share's name."),
-    comment: Optional[str] = typer.Option(None, "--comment", help="A description."),
+    comment: Optional[str] = typer.Option(None, "--comment", help="A description (at most 65,536 characters)."),
+    display_name: Optional[str] = typer.Option(
+        None, "--display-name", help="The name recipients' tools show (at most 255 characters)."
+    ),
+    prop: list[str] = typer.Option(
+        [], "--property", metavar="KEY=VALUE", help="A property recipients see; repeat for more (at most 50)."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Create an empty share."""
-    made = client(ctx).call("POST", "/shares", body={"name": name, "comment": comment})
+    body: dict[str, Any] = {"name": name, "comment": comment, "display_name": display_name}
+    if prop:
+        body["properties"] = pairs(prop, "--property")
+    made = client(ctx).call("POST", "/shares", body=body)
     done(ctx, as_json, made, f"created share {made.get('name', name)}")
 
 
@@ -147,7 +160,16 @@ def get_share(ctx: typer.Context, name: str = _SHARE, as_json: bool = JSON_OPTIO
     if wants_json(ctx, as_json):
         print_json(share)
         return
-    fields([("name", share.get("name")), ("comment", share.get("comment")), ("created", when(share.get("created_at")))])
+    properties = ", ".join(f"{k}={v}" for k, v in (share.get("properties") or {}).items())
+    fields(
+        [
+            ("name", share.get("name")),
+            ("display name", share.get("display_name")),
+            ("comment", share.get("comment")),
+            ("properties", properties or None),
+            ("created", when(share.get("created_at"))),
+        ]
+    )
     objects = share.get("objects") or []
     if not objects:
         typer.echo("no shared objects: add some with 'shares add-table' or 'shares add-schema'")
@@ -163,6 +185,7 @@ def get_share(ctx: typer.Context, name: str = _SHARE, as_json: bool = JSON_OPTIO
             ("cdf", lambda o: o.get("cdf_enabled")),
             ("start version", lambda o: o.get("start_version")),
             ("partitions", lambda o: " OR ".join(partition_text(p) for p in o.get("partitions") or [])),
+            ("access", lambda o: ",".join(o.get("access_modes") or ["url"])),
         ],
     )
 
@@ -189,6 +212,13 @@ def add_table(
         "(alone, the only filter). Short for --partition \"COL=CURRENT_RECIPIENT('KEY')\".",
     ),
     comment: Optional[str] = typer.Option(None, "--comment", help="A description."),
+    access_mode: list[str] = typer.Option([], "--access-mode", metavar="url|dir", help=_ACCESS_MODE_HELP),
+    auxiliary_location: list[str] = typer.Option(
+        [],
+        "--auxiliary-location",
+        metavar="URL",
+        help="Another root the table's log names files under (a storage URL); repeat for more.",
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Add a table to a share, whole or filtered by partition values."""
@@ -203,6 +233,8 @@ def add_table(
         "start_version": start_version,
         "partitions": partitions_body(partition, partition_property),
         "comment": comment,
+        "access_modes": access_mode or None,
+        "auxiliary_locations": auxiliary_location or None,
     }
     data_object.update({k: v for k, v in optional.items() if v is not None})
     changed = _update(ctx, share, "ADD", data_object)
@@ -216,11 +248,14 @@ def add_schema(
     schema: str = typer.Argument(..., metavar="CATALOG.SCHEMA", help="The schema to share, with its future tables."),
     shared_as: Optional[str] = typer.Option(None, "--as", metavar="SCHEMA", help="The name recipients see."),
     history: bool = typer.Option(False, "--history", help="Share the tables' history: time travel and changes."),
+    access_mode: list[str] = typer.Option([], "--access-mode", metavar="url|dir", help=_ACCESS_MODE_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Add a whole schema to a share: its tables, present and future."""
     names(schema, 2, "a schema's CATALOG.SCHEMA")
     data_object: dict[str, Any] = {"name": schema, "data_object_type": "SCHEMA"}
+    if access_mode:
+        data_object["access_modes"] = access_mode
     if shared_as is not None:
         data_object["shared_as"] = shared_as
     if history:

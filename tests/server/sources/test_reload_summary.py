@@ -33,3 +33,23 @@ def test_a_moved_table_a_new_token_and_the_bearer_token_are_changes():
     said = describe_reload(old, new)
     assert said == "tables ~1 (a.d.t); recipients ~1 (r); authorization bearer token removed"
     assert "yyyy" not in said and "1111" not in said
+
+
+def test_a_shares_own_fields_and_a_tables_access_are_changes():
+    import dataclasses
+
+    old = ((_share("a"),), (), None)
+    share = _share("a")
+    for changed in (
+        dataclasses.replace(share, display_name="A"),
+        dataclasses.replace(share, comment="about a"),
+        dataclasses.replace(share, properties={"owner": "sales"}),
+    ):
+        assert describe_reload(old, ((changed,), (), None)) == "shares ~1 (a)"
+    table = dataclasses.replace(share.schemas[0].tables[0], access_modes=("url", "dir"))
+    moved = dataclasses.replace(share, schemas=(SchemaConfig("d", (table,)),))
+    assert describe_reload(old, ((moved,), (), None)) == "tables ~1 (a.d.t)"
+    aux = dataclasses.replace(table, access_modes=("url",), auxiliary_locations=("s3://b/aux",))
+    assert describe_reload(old, ((dataclasses.replace(share, schemas=(SchemaConfig("d", (aux,)),)),), (), None)) == (
+        "tables ~1 (a.d.t)"
+    )

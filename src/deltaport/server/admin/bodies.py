@@ -1,8 +1,10 @@
 """Request bodies of the admin API, as the Databricks SDK sends them.
 
-Fields the SDK may send that mean nothing here (``owner``, ``properties`` of a catalog, ...) are
-declared and ignored; any other key is refused by name (a misspelt field never silently does
-nothing). Each body turns itself into catalog values with ``to_*`` methods.
+Beyond the SDK's fields, a share takes ``display_name`` and ``properties`` and a data object
+``access_modes`` and ``auxiliary_locations`` (the protocol's share metadata and table access,
+which Unity Catalog's API has no field for). Fields the SDK may send that mean nothing here
+(``owner``, ``properties`` of a catalog, ...) are declared and ignored; any other key is refused by
+name (a misspelt field never silently does nothing). Each body turns itself into catalog values with ``to_*`` methods.
 
 What no catalog database can store is refused here, naming the field: text with a NUL character or
 an unpaired surrogate anywhere in a body, and numbers (times in epoch ms, versions) beyond 64 bits.
@@ -98,6 +100,8 @@ class CreateTable(_Body):
 class CreateShare(_Body):
     name: str
     comment: Optional[str] = None
+    display_name: Optional[str] = None  # extensions: the protocol's share displayName and properties
+    properties: Optional[dict[str, str]] = None
     storage_root: Optional[str] = None
     owner: Optional[str] = None
 
@@ -130,6 +134,8 @@ class DataObjectBody(_Body):
     added_by: Optional[str] = None
     status: Optional[str] = None
     content: Optional[str] = None
+    access_modes: Optional[list[str]] = None  # extensions: the protocol's accessModes, auxiliaryLocations
+    auxiliary_locations: Optional[list[str]] = None
 
     def to_object(self) -> SharedObject:
         return SharedObject(
@@ -141,6 +147,8 @@ class DataObjectBody(_Body):
             start_version=self.start_version or 0,
             comment=self.comment,
             partitions=tuple(tuple(v.to_value() for v in p.values) for p in self.partitions or ()),
+            access_modes=("url",) if self.access_modes is None else tuple(self.access_modes),
+            auxiliary_locations=tuple(self.auxiliary_locations or ()),
         )
 
     def given(self) -> frozenset[str]:
@@ -164,6 +172,8 @@ class ObjectUpdateBody(_Body):
 class UpdateShare(_Body):
     new_name: Optional[str] = None
     comment: Optional[str] = None
+    display_name: Optional[str] = None  # extensions, as in CreateShare; "" / {} clear them
+    properties: Optional[dict[str, str]] = None
     owner: Optional[str] = None
     storage_root: Optional[str] = None
     updates: list[ObjectUpdateBody] = Field(default_factory=list)

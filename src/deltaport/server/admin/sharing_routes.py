@@ -29,7 +29,16 @@ from deltaport.server.admin.wire import (
 )
 
 #: Fields of a shared object an UPDATE may change (the others name it).
-_UPDATABLE = ("shared_as", "history_shared", "cdf_enabled", "start_version", "comment", "partitions")
+_UPDATABLE = (
+    "shared_as",
+    "history_shared",
+    "cdf_enabled",
+    "start_version",
+    "comment",
+    "partitions",
+    "access_modes",
+    "auxiliary_locations",
+)
 
 
 def add_sharing_routes(router: APIRouter, parts: AdminParts, admin: Any) -> None:
@@ -75,7 +84,9 @@ def _add_shares(router: APIRouter, parts: AdminParts, admin: Any) -> None:
     @router.post("/shares", dependencies=[admin])
     def create_share(body: CreateShare) -> dict:
         parts.check_writable(body.name)
-        made = db.create_share(body.name, comment=body.comment)
+        made = db.create_share(
+            body.name, comment=body.comment, display_name=body.display_name, properties=body.properties
+        )
         parts.reload()
         return share_json(made)
 
@@ -95,7 +106,14 @@ def _add_shares(router: APIRouter, parts: AdminParts, admin: Any) -> None:
         updates = [_object_update(current, u) for u in body.updates]
         for update in updates:
             _check_partition_columns(parts, update)
-        changed = db.update_share(name, new_name=body.new_name, comment=body.comment, updates=updates)
+        changed = db.update_share(
+            name,
+            new_name=body.new_name,
+            comment=body.comment,
+            updates=updates,
+            display_name=body.display_name,
+            properties=body.properties,
+        )
         parts.reload()
         return share_json(changed, with_objects=True)
 

@@ -149,6 +149,8 @@ def object_json(o: SharedObject) -> dict[str, Any]:
             "partitions": partitions or None,
             "added_at": o.added_at,
             "status": "ACTIVE",
+            "access_modes": list(o.access_modes),
+            "auxiliary_locations": list(o.auxiliary_locations) or None,
         }
     )
 
@@ -158,6 +160,8 @@ def share_json(s: ShareInfo, *, with_objects: bool = False) -> dict[str, Any]:
         {
             "name": s.name,
             "comment": s.comment,
+            "display_name": s.display_name,
+            "properties": dict(s.properties) or None,
             "objects": [object_json(o) for o in s.objects] if with_objects else None,
             "created_at": s.created_at,
             "updated_at": s.updated_at,

@@ -61,7 +61,9 @@ def _share_item(share: ShareConfig) -> dict[str, Any]:
     return {
         "name": share.name,
         **({"id": share.id} if share.id else {}),
+        **({"displayName": share.display_name} if share.display_name else {}),
         **({"comment": share.comment} if share.comment else {}),
+        **({"properties": dict(share.properties)} if share.properties else {}),
     }
 
 

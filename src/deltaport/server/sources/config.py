@@ -25,6 +25,12 @@ from deltaport.catalog.served import (
     ShareConfig,
     SharedTableConfig,
     TokenHash,
+    check_access_modes,
+    check_auxiliary_locations,
+    check_comment,
+    check_display_name,
+    check_properties,
+    dir_access_refusal,
 )
 from deltaport.errors import StorageError
 from deltaport.isotime import iso_to_epoch_ms
@@ -194,9 +200,18 @@ _REFERENCE_ONLY = (
 #: Keys each level of the config understands.
 _KEYS = {
     "the server config": ("version", *(s.key for s in SETTINGS), *_REFERENCE_ONLY),
-    "a share": ("name", "id", "schemas"),
+    "a share": ("name", "id", "displayName", "comment", "properties", "schemas"),
     "a schema": ("name", "tables"),
-    "a table": ("name", "location", "id", "historyShared", "startVersion", "storageOptions"),
+    "a table": (
+        "name",
+        "location",
+        "id",
+        "historyShared",
+        "startVersion",
+        "storageOptions",
+        "accessModes",
+        "auxiliaryLocations",
+    ),
     "a recipient": ("name", "tokens", "shares", "expirationTime", "allowedIpAddresses"),
     "'ssl'": ("selfSigned", "certificateFile", "certificateKeyFile", "certificatePasswordFile"),
     "'authorization'": ("bearerToken",),
@@ -259,18 +274,32 @@ def _check_key_pair(cfg: SslConfig) -> None:
         ) from None
 
 
+def _or(value: Any, default: Any) -> Any:
+    """A key's value, or its default when absent or null."""
+    return default if value is None else value
+
+
 def _table(d: Mapping[str, Any], where: str) -> SharedTableConfig:
     _check_keys(d, "a table", f"a table in {where}")
     name = _check_name(_need(d, "name", f"a table in {where}"), "table", allow_dot=False)
-    location = _need(d, "location", f"table '{name}'")
-    return SharedTableConfig(
+    location = str(_need(d, "location", f"table '{name}'"))
+    table = f"table '{name}' in {where}"
+    table_config = SharedTableConfig(
         name=name,
-        location=str(location),
+        location=location,
         id=str(d.get("id") or ""),
         history_shared=boolean(d.get("historyShared", False), "historyShared"),
         start_version=whole(d.get("startVersion", 0), "startVersion", minimum=0),
         storage_options=dict(d.get("storageOptions") or {}),
+        access_modes=check_access_modes(_or(d.get("accessModes"), ["url"]), table, "'accessModes'", ConfigError),
+        auxiliary_locations=check_auxiliary_locations(
+            _or(d.get("auxiliaryLocations"), []), location, table, "'auxiliaryLocations'", ConfigError
+        ),
     )
+    refusal = dir_access_refusal(table_config) if "dir" in table_config.access_modes else None
+    if refusal:
+        raise ConfigError(f"'accessModes' of {table} has 'dir', but {refusal}")
+    return table_config
 
 
 def _expiration(value: Any, who: str) -> int | None:
@@ -327,7 +356,15 @@ def _share(entry: Any) -> ShareConfig:
         if len(set(table_names)) != len(table_names):
             raise ConfigError(f"schema '{name}.{schema_name}' defines a table name twice")
         schemas.append(SchemaConfig(schema_name, tables))
-    return ShareConfig(name, tuple(schemas), str(entry.get("id") or ""))
+    where = f"share '{name}'"
+    return ShareConfig(
+        name,
+        tuple(schemas),
+        str(entry.get("id") or ""),
+        comment=check_comment(entry.get("comment"), where, "'comment'", ConfigError),
+        display_name=check_display_name(entry.get("displayName"), where, "'displayName'", ConfigError),
+        properties=check_properties(entry.get("properties"), where, "'properties'", ConfigError),
+    )
 
 
 def catalog_url(value: str, base: Path | None) -> str:

@@ -16,6 +16,12 @@ from deltaport.catalog.served import RecipientConfig, ShareConfig
 _SHOWN = 5
 
 
+def _shares(shares: Iterable[ShareConfig]) -> dict[str, ShareConfig]:
+    """Shares by name, with their own fields only (id, comment, display name, properties): their
+    tables are told apart as tables."""
+    return {s.name: dataclasses.replace(s, schemas=()) for s in shares}
+
+
 def _tables(shares: Iterable[ShareConfig]) -> dict[str, Any]:
     return {f"{sh.name}.{sc.name}.{t.name}": t for sh in shares for sc in sh.schemas for t in sc.tables}
 
@@ -54,7 +60,7 @@ def describe_reload(
     when what is served did not change."""
     (old_shares, old_recipients, old_bearer), (new_shares, new_recipients, new_bearer) = old, new
     parts = [
-        *_diff("shares", {s.name: s.id for s in old_shares}, {s.name: s.id for s in new_shares}),
+        *_diff("shares", _shares(old_shares), _shares(new_shares)),
         *_diff("tables", _tables(old_shares), _tables(new_shares)),
         *_diff("recipients", _recipients(old_recipients), _recipients(new_recipients)),
         *_diff("grants", dict.fromkeys(_grants(old_recipients)), dict.fromkeys(_grants(new_recipients))),
