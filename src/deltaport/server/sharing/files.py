@@ -75,13 +75,14 @@ class FileAccess:
                 "this URL was issued for partitions of the table the recipient may no longer read: "
                 "query the table again for current URLs"
             )
-        _note_download(shared)
+        note_download(shared)
         service.admit(who)  # the recipient's IP access list
-        return _inside(shared, self.cache, rel)
+        return inside_file(shared, self.cache, rel)
 
 
-def _inside(shared: SharedTable, cache: SnapshotCache, rel: str) -> tuple[Path, os.stat_result]:
-    """The regular file ``rel`` names inside the shared table's root (symlinks resolved)."""
+def table_path(shared: SharedTable, cache: SnapshotCache, rel: str) -> Path:
+    """What ``rel`` names inside the shared table's root, symlinks resolved: the one rule for
+    "inside" of the files this server serves (here and in the S3-compatible face)."""
     local = getattr(shared.delta(cache).store, "local_path", None)
     if local is None:
         raise ResourceNotFound("this table's files are served by its object store, not by this server")
@@ -89,6 +90,12 @@ def _inside(shared: SharedTable, cache: SnapshotCache, rel: str) -> tuple[Path, 
     root = Path(local("")).resolve()
     if not full.is_relative_to(root):  # a symlink must not lead outside the shared table
         raise PermissionDenied("this URL names a file outside the shared table")
+    return full
+
+
+def inside_file(shared: SharedTable, cache: SnapshotCache, rel: str) -> tuple[Path, os.stat_result]:
+    """The regular file ``rel`` names inside the shared table's root (:func:`table_path`)."""
+    full = table_path(shared, cache, rel)
     try:
         info = full.stat()
     except OSError:
@@ -98,7 +105,7 @@ def _inside(shared: SharedTable, cache: SnapshotCache, rel: str) -> tuple[Path, 
     return full, info
 
 
-def _note_download(shared: SharedTable) -> None:
+def note_download(shared: SharedTable) -> None:
     """The table a download of a file this server serves reads, for its metrics and audit event."""
     seen = current_request()
     if seen is not None:

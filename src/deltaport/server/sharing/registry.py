@@ -33,6 +33,8 @@ class Principal:
     name: str
     shares: frozenset[str] | None  # lower-cased share names; None = every share
     properties: Mapping[str, str] = field(default_factory=dict, compare=False)  # for partition slices
+    #: the SHA-256 digest of the token it authenticated with (None: anonymous)
+    token_digest: bytes | None = field(default=None, compare=False)
 
     def may_see(self, share: str) -> bool:
         return self.shares is None or share.lower() in self.shares
@@ -69,8 +71,8 @@ class SharedTable:
             return self._delta
 
 
-def _principal(recipient: RecipientConfig) -> Principal:
-    return Principal(recipient.name, frozenset(recipient.shares), recipient.properties)
+def _principal(recipient: RecipientConfig, token_digest: bytes | None = None) -> Principal:
+    return Principal(recipient.name, frozenset(recipient.shares), recipient.properties, token_digest)
 
 
 def recipient_key(name: str) -> str:
@@ -155,10 +157,26 @@ class Registry:
             recipient, token = found
             if token.expiration_ms is not None and token.expiration_ms <= now_ms:
                 raise Unauthenticated("The bearer token has expired: ask the data provider for a new profile.")
-            return _principal(recipient)
+            return _principal(recipient, token.digest)
         if cfg.bearer_token_hash is not None and hmac.compare_digest(digest, cfg.bearer_token_hash):
-            return Principal("bearer", None)
+            return Principal("bearer", None, token_digest=cfg.bearer_token_hash)
         raise Unauthenticated("The bearer token is not valid: check the token in your recipient profile.")
+
+    def token_live(self, key: str, is_token: Callable[[bytes], bool], now_ms: int) -> bool:
+        """Whether the principal :func:`recipient_key` ``key`` names still holds an unexpired token
+        whose digest ``is_token`` recognises (the global bearer token for "bearer")."""
+        who = self._principals.get(key)
+        if who is None:
+            return False
+        cfg = self.config
+        if who.name == "bearer" and cfg.bearer_token_hash is not None and is_token(cfg.bearer_token_hash):
+            return True
+        return any(
+            is_token(t.digest) and (t.expiration_ms is None or t.expiration_ms > now_ms)
+            for r in cfg.recipients
+            if r.name == who.name
+            for t in r.tokens
+        )
 
     # --- names ------------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from deltaport.server.sources.settings import (
     hash_token,
     ip_list,
     read_bool,
+    read_bucket,
     read_endpoint,
     read_ip_list,
     read_mapping,
@@ -175,6 +176,12 @@ class ServerConfig:
     )
     audit_log: str | None = setting(
         "auditLog", None, read_path, "file the audit events are appended to (JSON lines, rotated)"
+    )
+    directory_bucket: str = setting(
+        "directoryBucket",
+        "deltaport",
+        read_bucket,
+        "the bucket of the read-only S3 face (path-style, on this listener) for directory access to local tables",
     )
     source: str | None = None  # the config file this was loaded from (re-read when it changes)
 
@@ -456,7 +463,21 @@ def parse_config(d: Mapping[str, Any] | None, *, base: Path | None = None) -> Se
         **values,
     )
     check_metrics_token(config, config.metrics_token_hash, "'metricsToken'")
+    _check_bucket(config)
     return config
+
+
+#: First path segments the recipients' listener serves itself (a bucket of that name would hide them).
+_OWN_PATHS = ("health", "metrics", "docs", "redoc", "openapi.json", "api")
+
+
+def _check_bucket(config: ServerConfig) -> None:
+    taken = {*_OWN_PATHS, config.endpoint.strip("/").split("/", 1)[0].lower()}
+    if config.directory_bucket in taken:
+        raise ConfigError(
+            f"'directoryBucket' {config.directory_bucket!r} is also a path this server serves "
+            f"({', '.join(sorted(t for t in taken if t))}): give the bucket another name"
+        )
 
 
 def _check_reference_only(d: Mapping[str, Any]) -> None:

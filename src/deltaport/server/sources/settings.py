@@ -155,6 +155,26 @@ def read_endpoint(value: Any, key: str, base: Path | None = None) -> str:
     return "/" + str(value).strip("/")
 
 
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+def read_bucket(value: Any, key: str, base: Path | None = None) -> str:
+    """An S3 bucket name (3-63 of a-z 0-9 . -, a letter or digit at each end, no '..', not an IP)."""
+    name = str(value)
+    if (
+        not _BUCKET.fullmatch(name)
+        or ".." in name
+        or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name)
+        or name.startswith(("xn--", "sthree-"))
+        or name.endswith(("-s3alias", "--ol-s3"))
+    ):
+        raise ConfigError(
+            f"'{key}' must be a valid S3 bucket name (3-63 characters of a-z, 0-9, '.' and '-', starting "
+            f"and ending with a letter or digit), not {name!r}"
+        )
+    return name
+
+
 def read_url(value: Any, key: str, base: Path | None = None) -> str | None:
     return str(value).rstrip("/") if value != "" else None
 
