@@ -50,3 +50,13 @@ def test_a_postgresql_catalog_without_its_driver_names_the_postgres_extra(tmp_pa
     assert done.stderr.strip().splitlines()[-1] == (
         "error: a PostgreSQL catalog needs the 'postgres' extra: pip install \"deltaport[postgres]\""
     )
+
+
+def test_directory_access_without_deltalake_names_the_dir_extra():
+    code = (
+        "import sys; sys.modules['deltalake'] = None\n"
+        "from deltaport.client.directory import deltalake_module\n"
+        "try:\n    deltalake_module()\nexcept ImportError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "directory access needs the 'dir' extra: pip install \"deltaport[dir]\""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from deltaport.errors import DeltaportError, PermissionDenied, Unauthenticated
 
 __all__ = [
+    "AccessModeError",
     "ConnectionFailed",
     "FileDownloadError",
     "IncompleteResponse",
@@ -133,6 +134,16 @@ class ConnectionFailed(DeltaportError):
 
     http_status = 503
     error_code = "CONNECTION_FAILED"
+
+    def __str__(self) -> str:
+        return _one_line(self.message)
+
+
+class AccessModeError(DeltaportError, ValueError):
+    """The table cannot be read the way asked (``access_mode``): the message names what it offers."""
+
+    http_status = 400
+    error_code = "UNSUPPORTED_ACCESS_MODE"
 
     def __str__(self) -> str:
         return _one_line(self.message)

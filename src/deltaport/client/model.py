@@ -28,7 +28,9 @@ __all__ = [
     "Schema",
     "Share",
     "Table",
+    "TemporaryCredentials",
     "pair_deletion_vector_changes",
+    "placement",
 ]
 
 
@@ -47,13 +49,44 @@ class Schema:
     share: str
 
 
+URL, DIR = "url", "dir"
+
+
+def placement(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A table item's or metaData line's ``location``, ``auxiliaryLocations`` and ``accessModes``
+    (as keyword arguments of :class:`Table` and :class:`Metadata`); ``accessModes`` absent means
+    ``url`` only, as the protocol says for servers that predate directory access."""
+    location = obj.get("location")
+    auxiliary = obj.get("auxiliaryLocations")
+    modes = obj.get("accessModes")
+    if location is not None and not isinstance(location, str):
+        raise IncompleteResponse(f"{where}: 'location' is not a string", error_code="MALFORMED_RESPONSE")
+    if auxiliary is not None and not (isinstance(auxiliary, list) and all(isinstance(a, str) for a in auxiliary)):
+        raise IncompleteResponse(
+            f"{where}: 'auxiliaryLocations' is not an array of strings", error_code="MALFORMED_RESPONSE"
+        )
+    if modes is not None and not (isinstance(modes, list) and all(isinstance(m, str) for m in modes)):
+        raise IncompleteResponse(f"{where}: 'accessModes' is not an array of strings", error_code="MALFORMED_RESPONSE")
+    return {
+        "location": location,
+        "auxiliary_locations": tuple(auxiliary or ()),
+        "access_modes": (URL,) if modes is None else tuple(modes),
+    }
+
+
 @dataclass(frozen=True)
 class Table:
+    """A shared table; ``access_modes`` (``url``, ``dir``), ``location`` and ``auxiliary_locations``
+    as the listing said (``location`` only for tables offered for directory access)."""
+
     name: str
     share: str
     schema: str
     id: str | None = field(default=None, compare=False)
     share_id: str | None = field(default=None, compare=False)
+    location: str | None = field(default=None, compare=False)
+    auxiliary_locations: tuple[str, ...] = field(default=(), compare=False)
+    access_modes: tuple[str, ...] = field(default=(URL,), compare=False)
 
     @property
     def full_name(self) -> str:
@@ -111,6 +144,9 @@ class Metadata:
     size: int | None = None
     num_files: int | None = None
     created_time: int | None = None
+    location: str | None = None
+    auxiliary_locations: tuple[str, ...] = ()
+    access_modes: tuple[str, ...] = (URL,)
 
     @classmethod
     def from_line(cls, obj: Mapping[str, Any]) -> Metadata:
@@ -132,11 +168,63 @@ class Metadata:
                 size=obj.get("size"),
                 num_files=obj.get("numFiles"),
                 created_time=raw.get("createdTime"),
+                **placement(obj, "the metaData line"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise IncompleteResponse(
                 f"the metaData line lacks a valid schemaString ({exc})", error_code="MALFORMED_RESPONSE"
             ) from None
+
+
+# --- directory access ----------------------------------------------------------------------------
+
+#: the protocol's name of each kind of cloud credential
+CLOUD_FIELDS = {"awsTempCredentials": "aws", "azureUserDelegationSas": "azure", "gcpOauthToken": "gcp"}
+#: the fields each kind requires (extension fields such as ``endpoint`` are kept as well)
+REQUIRED_VALUES = {
+    "aws": ("accessKeyId", "secretAccessKey", "sessionToken"),
+    "azure": ("sasToken",),
+    "gcp": ("oauthToken",),
+}
+
+
+@dataclass(frozen=True)
+class TemporaryCredentials:
+    """The answer to ``POST .../temporary-table-credentials``: credentials of ``kind`` (``aws``,
+    ``azure`` or ``gcp``) that read ``location`` until ``expiration_time`` (epoch ms). ``values``
+    are the cloud object's string fields; ``repr`` never shows them."""
+
+    location: str
+    kind: str
+    values: Mapping[str, str] = field(repr=False)
+    expiration_time: int
+
+    @classmethod
+    def from_answer(cls, body: Any, what: str) -> TemporaryCredentials:
+        def fail(problem: str) -> IncompleteResponse:
+            return IncompleteResponse(
+                f"the answer to {what} is malformed: {problem}", error_code="MALFORMED_RESPONSE", request=what
+            )
+
+        creds = body.get("credentials") if isinstance(body, dict) else None
+        if not isinstance(creds, dict):
+            raise fail("it has no 'credentials' object")
+        location, expiration = creds.get("location"), creds.get("expirationTime")
+        if not isinstance(location, str) or not location:
+            raise fail("'credentials' has no string 'location'")
+        if not isinstance(expiration, int) or isinstance(expiration, bool):
+            raise fail("'credentials' has no integer 'expirationTime'")
+        kinds = [key for key in CLOUD_FIELDS if creds.get(key) is not None]
+        if len(kinds) != 1:
+            raise fail(f"it must hold exactly one of {', '.join(CLOUD_FIELDS)}, not {kinds or 'none'}")
+        kind, raw = CLOUD_FIELDS[kinds[0]], creds[kinds[0]]
+        if not isinstance(raw, dict):
+            raise fail(f"'{kinds[0]}' is not an object")
+        missing = [k for k in REQUIRED_VALUES[kind] if not isinstance(raw.get(k), str)]
+        if missing:
+            raise fail(f"'{kinds[0]}' lacks the string field(s) {', '.join(missing)}")
+        values = {k: v for k, v in raw.items() if isinstance(v, str)}
+        return cls(location, kind, values, expiration)
 
 
 # --- files ---------------------------------------------------------------------------------------

@@ -31,7 +31,9 @@ from deltaport.client.model import (
     Schema,
     Share,
     Table,
+    TemporaryCredentials,
     pair_deletion_vector_changes,
+    placement,
 )
 from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_table_name, read_profile
 from deltaport.client.retry import RetryPolicy, call_with_retries
@@ -423,6 +425,7 @@ class RestClient:
             item.get("schema") or schema or "",
             item.get("id"),
             item.get("shareId"),
+            **placement(item, f"the listing item of table {item['name']!r}"),
         )
 
     @staticmethod
@@ -472,6 +475,18 @@ class RestClient:
             capabilities=capabilities_header(response_format, end_stream=False),
         )
         return MetadataResult(page.protocol, page.metadata, page.format, page.table_version)
+
+    def temporary_table_credentials(self, table: Table | str, location: str | None = None) -> TemporaryCredentials:
+        """``POST .../temporary-table-credentials``: credentials that read the table's root, or
+        ``location`` (one of its auxiliary locations, or a directory under either)."""
+        path = self._table_path(table) + "/temporary-table-credentials"
+        body = orjson.dumps({} if location is None else {"location": location})
+        response = self._send("POST", path, body=body)
+        try:
+            answer = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            answer = None
+        return TemporaryCredentials.from_answer(answer, f"POST {path}")
 
     def query_table(
         self,

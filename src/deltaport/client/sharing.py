@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
-from deltaport.client.errors import SharingServerError
+from deltaport.client.directory import DIR, MODES, URL, DirectoryRead, choose_mode
+from deltaport.client.errors import AccessModeError, SharingServerError
 from deltaport.client.fetch import FileFetcher, default_workers
 from deltaport.client.model import FileAction, Metadata, Protocol, Schema, Share, Table
 from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_url, read_profile
@@ -220,18 +221,54 @@ def _to_pandas(tables: list[pa.Table], schema: pa.Schema, convert_in_batches: bo
 
 
 def _snapshot_tables(
-    url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts, columns=None
+    url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts, columns=None, access_mode=None
 ) -> tuple[TableInfo, list[pa.Table]]:
     _check_limit(limit)
+    choose_mode(access_mode, MODES, "")  # a bad value fails before any request
     read = _Read(url, opts)
-    try:
+
+    def by_urls() -> tuple[TableInfo, list[pa.Table]]:
         query = QueryOptions(
             json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version, timestamp=timestamp
         )
         info, result, refresher = read.snapshot(query, response_format_arg(use_delta_format))
         return info, list(read.tables(info, result.files, refresher, change=False, limit=limit, columns=columns))
+
+    try:
+        if access_mode == DIR:
+            return _by_directory(read, version, timestamp, limit, access_mode, by_urls)
+        try:
+            return by_urls()
+        except SharingServerError as exc:
+            if exc.http_status in (401, 404, 429) or not 400 <= exc.http_status < 500:
+                raise
+            offered = read.rest.metadata(read.table).metadata.access_modes
+            if URL in offered:
+                raise
+            choose_mode(access_mode, offered, read.table.full_name)  # asked url of a dir-only table: say so
+            return _by_directory(read, version, timestamp, limit, access_mode, by_urls)
     finally:
         read.close()
+
+
+def _by_directory(read: _Read, version, timestamp, limit, access_mode, by_urls) -> tuple[TableInfo, list[pa.Table]]:
+    """Read with delta-rs at the table's location (directory.py); by URLs instead when the table also
+    offers them and delta-rs cannot read it (auxiliary locations, credentials it cannot use)."""
+    meta = read.rest.metadata(read.table, version=version, timestamp=timestamp)
+    offered = meta.metadata.access_modes
+    choose_mode(access_mode, offered, read.table.full_name)
+    try:
+        if meta.metadata.auxiliary_locations:
+            raise AccessModeError(
+                f"table {read.table.full_name} has auxiliary locations "
+                f"({', '.join(meta.metadata.auxiliary_locations)}) and delta-rs reads with one set of credentials"
+            )
+        directory = DirectoryRead(read.rest, read.table, meta, refresh_margin_seconds=read.opts.refresh_margin_seconds)
+    except AccessModeError:
+        if URL not in offered:
+            raise
+        return by_urls()
+    return directory.info, list(directory.tables(limit))
 
 
 def load_as_arrow(
@@ -248,14 +285,21 @@ def load_as_arrow(
     refresh_margin_seconds: float | None = None,
     transport: httpx.BaseTransport | None = None,
     retry: RetryPolicy | None = None,
+    access_mode: str | None = None,
 ) -> pa.Table:
     """The shared table (or ``limit`` rows of it, at ``version``/``timestamp``) as a ``pyarrow.Table``.
 
     ``use_delta_format``: None lets the server choose (this client reads both formats natively),
     True asks for the delta format, False for the parquet format.
+    ``access_mode``: None reads by file URLs unless the table offers only directory access; ``"dir"``
+    reads the table's directory with delta-rs (the ``dir`` extra) and temporary credentials, renewed
+    before they expire (``refresh_margin_seconds``); ``"url"`` by file URLs. ``jsonPredicateHints``
+    are hints: a directory read returns every row, as a server that ignores them would.
     """
     opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
-    info, tables = _snapshot_tables(url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts)
+    info, tables = _snapshot_tables(
+        url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts, access_mode=access_mode
+    )
     return _concat(tables, info.arrow_schema)
 
 
@@ -274,13 +318,17 @@ def load_as_pandas(
     refresh_margin_seconds: float | None = None,
     transport: httpx.BaseTransport | None = None,
     retry: RetryPolicy | None = None,
+    access_mode: str | None = None,
 ):
     """The shared table as a pandas DataFrame (dates as ``datetime.date``, timestamps in UTC).
 
-    ``convert_in_batches`` converts file by file, lowering peak memory.
+    ``convert_in_batches`` converts file by file, lowering peak memory. ``access_mode`` as in
+    :func:`load_as_arrow`.
     """
     opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
-    info, tables = _snapshot_tables(url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts)
+    info, tables = _snapshot_tables(
+        url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts, access_mode=access_mode
+    )
     return _to_pandas(tables, info.arrow_schema, convert_in_batches)
 
 

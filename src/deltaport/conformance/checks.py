@@ -3,7 +3,7 @@
 A check returns a short note on success, raises :class:`Failed` (what was expected, what came back)
 or :class:`Skipped` (why it cannot run here). Sections are named as the protocol documents name them.
 This module holds the server-wide checks (listing, authentication, errors, version, metadata);
-``query_checks`` and ``feed_checks`` the rest; :data:`CHECKS` puts them in order.
+``query_checks``, ``feed_checks`` and ``directory_checks`` the rest; :data:`CHECKS` puts them in order.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import orjson
 
+from deltaport.conformance.directory_checks import DIRECTORY
 from deltaport.conformance.discovery import Target, item_names, list_items
 from deltaport.conformance.feed_checks import FEED
 from deltaport.conformance.query_checks import QUERY
@@ -288,4 +289,4 @@ def error_shape(t: Target) -> str:
 
 
 #: Every check, in the order they run and print.
-CHECKS = Checks([*SERVER, *QUERY, *FEED, *LAST])
+CHECKS = Checks([*SERVER, *QUERY, *FEED, *DIRECTORY, *LAST])
