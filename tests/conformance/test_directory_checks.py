@@ -23,6 +23,7 @@ def kit_profile(moto_server, tmp_path_factory):
         {"name": "urltable", "location": str(TABLES / "basic_partitioned")},
     ]
     raw = {**config(tables), "storageOptions": moto_server.storage_options()}
+    raw["shares"][0].update(displayName="The kit", comment="Tables for the kit", properties={"owner": "kit"})
     running, _ = serve_with_dir(raw, {"dirtable": ("url", "dir")}, moto_server)
     profile = tmp_path_factory.mktemp("kit") / "kit.share"
     endpoint = running.url + "/delta-sharing"
@@ -37,7 +38,7 @@ def test_directory_checks_pass_against_deltaport(kit_profile):
     # the exit code is not asserted: moto does not verify presigned URL signatures, so file-url-altered fails here
     assert "kit.default.dirtable: awsTempCredentials" in checks["credentials"]["detail"]
     assert "kit.default.urltable: HTTP 4" in checks["credentials-url-only"]["detail"]
-    assert checks["share-fields"]["detail"].startswith("1 share(s)")
+    assert checks["share-fields"]["detail"].startswith("1 share(s), 1 with displayName")
     assert "secretAccessKey" not in output
     assert_nothing_secret(output)
 

@@ -55,10 +55,17 @@ _ALL_FEATURES = "responseformat=delta;readerfeatures=deletionvectors,columnmappi
 
 
 def fuzz_config() -> dict:
-    """Share ``fuzz.default`` (five corpus tables, history shared, plus one without) for recipient
+    """Share ``fuzz.default`` (five corpus tables, history shared and read by URL or directory, plus one
+    without history, read by URL only) for recipient
     ``alice``; share ``other.s`` for ``bob``."""
     tables = [
-        {"name": name, "location": str(TABLES / path), "id": f"id-{name}", "historyShared": True}
+        {
+            "name": name,
+            "location": str(TABLES / path),
+            "id": f"id-{name}",
+            "historyShared": True,
+            "accessModes": ["url", "dir"],
+        }
         for name, path in FUZZ_TABLES.items()
     ]
     tables.append({"name": "nohistory", "location": str(TABLES / "basic_partitioned"), "id": "id-nohistory"})

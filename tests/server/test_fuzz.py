@@ -44,6 +44,7 @@ ROUTES = {
     f"GET {T}/metadata",
     f"POST {T}/query",
     f"GET {T}/changes",
+    f"POST {T}/temporary-table-credentials",
     f"GET {P}/files/{{key}}/{{path}}",
     f"HEAD {P}/files/{{key}}/{{path}}",
 }

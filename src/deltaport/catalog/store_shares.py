@@ -283,7 +283,13 @@ def _settings(obj: SharedObject, kind: ObjectType, where: str, locations: Sequen
     )
     if "dir" in modes:
         for location in locations:
-            table = SharedTableConfig("", location, partitions=obj.partitions, auxiliary_locations=auxiliary)
+            table = SharedTableConfig(
+                "",
+                location,
+                history_shared=bool(obj.history_shared),
+                partitions=obj.partitions,
+                auxiliary_locations=auxiliary,
+            )
             refusal = dir_access_refusal(table)
             if refusal:
                 raise InvalidParameter(f"access_modes of {where} has 'dir', but {refusal}")

@@ -29,7 +29,6 @@ from deltaport.server.ops.docs_pages import add_docs_pages
 from deltaport.server.ops.metrics import scrape_digests
 from deltaport.server.ops.observe import observe, observe_also
 from deltaport.server.s3face import routes as s3face
-from deltaport.server.s3face.credentials import FaceCredentials
 from deltaport.server.sharing import files, routes
 from deltaport.server.sharing.answers import SignerFactory
 from deltaport.server.sharing.params import declared_params, declared_query_params
@@ -94,7 +93,7 @@ def create_app(
     health.router.install(app)
     routes.router.install(app, prefix)
     files.router.install(app, prefix)
-    app.state.face_credentials = FaceCredentials(config.token_secret)  # mints what the face accepts
+    app.state.face_credentials = service.directory.face  # mints what the face accepts
     app.state.s3face = s3face.Face(service, cache, app.state.face_credentials)
     s3face.router.install(app, "/" + config.directory_bucket)
     if hot_paths:  # the calls read exactly the parameters and headers their routes declare

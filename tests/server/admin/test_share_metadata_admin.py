@@ -138,6 +138,10 @@ def test_share_metadata_beyond_the_limits_is_a_400_naming_the_fix(lake, body, ne
     assert needle in answer.json()["message"]
 
 
+#: A data object's history shared: what directory access needs (a directory holds every version).
+HISTORY = {"history_data_sharing_status": "ENABLED"}
+
+
 def _add(admin: httpx.Client, action: str, **fields) -> httpx.Response:
     obj = {"name": "main.sales.orders", "data_object_type": "TABLE", **fields}
     return admin.patch("/shares/vaccine", json={"updates": [{"action": action, "data_object": obj}]})
@@ -145,20 +149,22 @@ def _add(admin: httpx.Client, action: str, **fields) -> httpx.Response:
 
 def test_access_modes_and_auxiliary_locations_are_added_updated_returned_and_served(lake):
     _, w, admin, url = lake
-    added = _add(admin, "ADD", access_modes=["dir", "url"], auxiliary_locations=["s3://aux/orders"])
+    added = _add(admin, "ADD", access_modes=["url"], auxiliary_locations=["s3://aux/orders"])
     assert added.status_code == 200, added.text
     (obj,) = added.json()["objects"]
-    assert (obj["access_modes"], obj["auxiliary_locations"]) == (["url", "dir"], ["s3://aux/orders"])
+    assert (obj["access_modes"], obj["auxiliary_locations"]) == (["url"], ["s3://aux/orders"])
     (table,) = _served(url)["vaccine"].schemas[0].tables
-    assert (table.access_modes, table.auxiliary_locations) == (("url", "dir"), ("s3://aux/orders",))
+    assert (table.access_modes, table.auxiliary_locations) == (("url",), ("s3://aux/orders",))
     assert w.shares.get("vaccine", include_shared_data=True).objects[0].name == "main.sales.orders"
-    updated = _add(admin, "UPDATE", access_modes=["dir"])  # auxiliary_locations not given: kept
+    updated = _add(admin, "UPDATE", comment="c")  # auxiliary_locations not given: kept
     (obj,) = updated.json()["objects"]
-    assert (obj["access_modes"], obj["auxiliary_locations"]) == (["dir"], ["s3://aux/orders"])
-    (obj,) = _add(admin, "UPDATE", comment="c").json()["objects"]
-    assert obj["access_modes"] == ["dir"]
+    assert (obj["access_modes"], obj["auxiliary_locations"]) == (["url"], ["s3://aux/orders"])
+    updated = _add(admin, "UPDATE", access_modes=["dir"], auxiliary_locations=[], **HISTORY)
+    assert updated.status_code == 200, updated.text
+    (obj,) = updated.json()["objects"]
+    assert obj["access_modes"] == ["dir"] and not obj.get("auxiliary_locations")
     (table,) = _served(url)["vaccine"].schemas[0].tables
-    assert (table.access_modes, table.auxiliary_locations) == (("dir",), ("s3://aux/orders",))
+    assert (table.access_modes, table.auxiliary_locations) == (("dir",), ())
 
 
 def test_a_data_object_without_access_fields_is_read_by_url(lake):
@@ -175,12 +181,17 @@ def test_a_data_object_without_access_fields_is_read_by_url(lake):
         ({"access_modes": ["files"]}, "unknown access mode(s) ['files']"),
         ({"auxiliary_locations": [str(TABLES)]}, "is not a storage URL"),
         (
-            {"access_modes": ["dir"], "partitions": [{"values": [{"name": "letter", "value": "a"}]}]},
+            {"access_modes": ["dir"], "partitions": [{"values": [{"name": "letter", "value": "a"}]}], **HISTORY},
             "has 'dir', but it is shared with partitions",
         ),
         (
-            {"access_modes": ["dir"], "auxiliary_locations": ["https://host/aux"]},
+            {"access_modes": ["dir"], "auxiliary_locations": ["https://host/aux"], **HISTORY},
             "has 'dir', but its location 'https://host/aux' is on 'https' storage",
+        ),
+        ({"access_modes": ["dir"]}, "has 'dir', but a directory holds every version of the table"),
+        (
+            {"access_modes": ["dir"], "auxiliary_locations": ["s3://aux/orders"], **HISTORY},
+            "has 'dir', but it is on local disk, read through this server's S3 face",
         ),
     ],
 )

@@ -9,6 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
+import httpx
 import yaml
 from secret_scan import secrets_used
 
@@ -16,9 +17,10 @@ from deltaport.server.s3face.credentials import FaceCredentials, face_location
 from deltaport.server.sharing.registry import Registry
 from deltaport.server.sharing.tokens import TokenCodec
 from deltaport.server.sources.config import load_config
+from deltaport.signing.vending import TemporaryCredentials
 from deltaport.storage.locations import Location
 
-CORPUS = Path(os.environ.get("DELTAPORT_SHARED", "/work/shared")) / "delta-tables"
+CORPUS = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[4] / "shared")) / "delta-tables"
 TABLES = {"dv": "table-with-dv-small", "cm": "cdf-column-mapping-name-mode", "part": "basic_partitioned"}
 ALICE, BOB, ALICE_OLD = "face-token-alice", "face-token-bob", "face-token-alice-old"
 secrets_used.add(ALICE, BOB, ALICE_OLD)
@@ -27,14 +29,18 @@ logging.getLogger("botocore").setLevel(logging.INFO)  # its DEBUG lines hold the
 
 
 def face_config(root: Path, *, alice_tokens=(ALICE, ALICE_OLD), alice_shares=("dir",)) -> dict:
-    tables = [{"name": name, "location": str(root / name)} for name in TABLES]
+    access = {"accessModes": ["url", "dir"], "historyShared": True}
+    tables = [{"name": name, "location": str(root / name), **access} for name in TABLES]
     return {
         "version": 1,
         "tokenSecret": "face-test-secret",
         "catalogPollSeconds": 0.1,
         "shares": [
             {"name": "dir", "schemas": [{"name": "s", "tables": tables}]},
-            {"name": "other", "schemas": [{"name": "s", "tables": [{"name": "t", "location": str(root / "other")}]}]},
+            {
+                "name": "other",
+                "schemas": [{"name": "s", "tables": [{"name": "t", "location": str(root / "other"), **access}]}],
+            },
         ],
         "recipients": [
             {"name": "alice", "tokens": list(alice_tokens), "shares": list(alice_shares)},
@@ -69,7 +75,11 @@ class Face:
             assert time.time() < deadline, "the server did not take the new config"
             time.sleep(0.05)
 
-    def mint(self, table: str, *, token: str = ALICE, share: str = "dir", sub: str = "", lifetime: int = 600):
+    def mint(self, table: str, *, token: str = ALICE, share: str = "dir", sub: str = "", lifetime: int | None = None):
+        """Credentials for ``table`` as the server's endpoint answers them; with a ``lifetime``
+        other than the server's, minted here as the server would mint them (same ``tokenSecret``)."""
+        if lifetime is None:
+            return self._asked(table, token=token, share=share, sub=sub)
         config = load_config(self.path)
         registry = Registry(config, TokenCodec(config.token_secret or b""))
         who = registry.authenticate(f"Bearer {token}", int(time.time() * 1000))
@@ -82,6 +92,16 @@ class Face:
         )
         secrets_used.add(creds.values["secretAccessKey"], creds.values["sessionToken"], label="face credentials")
         return creds
+
+    def _asked(self, table: str, *, token: str, share: str, sub: str) -> TemporaryCredentials:
+        url = f"{self.url}/delta-sharing/shares/{share}/schemas/s/tables/{table}/temporary-table-credentials"
+        body = {"location": f"s3://{BUCKET}/{share}/s/{table}/{sub}"} if sub else None
+        answer = httpx.post(url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        got = answer.json()["credentials"]
+        values = got["awsTempCredentials"]
+        secrets_used.add(values["secretAccessKey"], values["sessionToken"], label="face credentials")
+        return TemporaryCredentials(got["location"], "aws", values, got["expirationTime"])
 
 
 def running_face(tmp_path_factory):

@@ -11,7 +11,7 @@ from deltaport.server.sources.config import ConfigError, parse_config
 
 
 def _config(share: dict | None = None, table: dict | None = None) -> dict:
-    table = {"name": "t", "location": "s3://bucket/t", **(table or {})}
+    table = {"name": "t", "location": "s3://bucket/t", "historyShared": True, **(table or {})}
     share = {"name": "s", **(share or {}), "schemas": [{"name": "d", "tables": [table]}]}
     return {"version": 1, "shares": [share]}
 
@@ -120,11 +120,25 @@ def test_dir_is_refused_with_an_auxiliary_location_no_credentials_can_be_vended_
 def test_the_one_rule_refuses_dir_on_a_partitioned_slice():
     from deltaport.catalog.model import PartitionValue
 
-    whole = SharedTableConfig("t", "s3://b/t")
-    sliced = SharedTableConfig("t", "s3://b/t", partitions=((PartitionValue("region", value="EU"),),))
+    whole = SharedTableConfig("t", "s3://b/t", history_shared=True)
+    sliced = SharedTableConfig(
+        "t", "s3://b/t", history_shared=True, partitions=((PartitionValue("region", value="EU"),),)
+    )
     assert dir_access_refusal(whole) is None
     refusal = dir_access_refusal(sliced)
     assert refusal is not None and "partitions" in refusal and "share the whole table" in refusal
+
+
+def test_dir_is_refused_without_the_tables_history():
+    with pytest.raises(ConfigError) as caught:
+        _table(accessModes=["url", "dir"], historyShared=False)
+    assert "history" in str(caught.value) and "historyShared: true" in str(caught.value)
+
+
+def test_dir_on_local_disk_is_refused_with_auxiliary_locations(tmp_path):
+    assert _table(location=str(tmp_path), accessModes=["dir"]).access_modes == ("dir",)
+    with pytest.raises(ConfigError, match="S3 face"):
+        _table(location=str(tmp_path), accessModes=["dir"], auxiliaryLocations=["s3://b/aux"])
 
 
 def test_auxiliary_locations_load_as_given():

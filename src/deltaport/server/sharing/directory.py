@@ -13,38 +13,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from deltaport.errors import InvalidParameter, MalformedRequest, UnsupportedOperation
 from deltaport.protocol import lines
+from deltaport.server.s3face.credentials import FaceCredentials, face_location
 from deltaport.server.sharing.answers import Reply
 from deltaport.server.sharing.registry import Principal, SharedTable, recipient_key
-from deltaport.signing.vending import CredentialScope, TemporaryCredentials, Vendor
+from deltaport.signing.vending import CredentialScope, Vendor
 from deltaport.storage import is_local
 from deltaport.storage.locations import Location, LocationError
 
 log = logging.getLogger("deltaport.server")
 
 URL, DIR = "url", "dir"
-
-
-class FaceIssuer(Protocol):
-    """The S3-compatible face's side: where it shows a local table, and credentials that read it."""
-
-    def location(self, table: SharedTable) -> Location: ...
-
-    def mint(
-        self,
-        *,
-        table: SharedTable,
-        who: Principal,
-        location: Location,
-        endpoint: str,
-        lifetime_seconds: int,
-        now: float,
-    ) -> TemporaryCredentials: ...
 
 
 #: The vendor for a cloud location and the table's storage options.
@@ -64,17 +48,18 @@ def url_refusal(shared: SharedTable) -> UnsupportedOperation | None:
 
 
 class DirectoryAccess:
-    def __init__(self, *, face: FaceIssuer | None, cloud_vendors: CloudVendors, lifetime_seconds: int) -> None:
+    def __init__(
+        self, *, face: FaceCredentials, bucket: str, cloud_vendors: CloudVendors, lifetime_seconds: int
+    ) -> None:
         self.face = face
+        self.bucket = bucket
         self.cloud_vendors = cloud_vendors
         self.lifetime_seconds = lifetime_seconds
 
     def _root(self, shared: SharedTable) -> tuple[str, Location]:
         """The table's location as announced, and parsed."""
         if is_local(shared.config.location):
-            if self.face is None:
-                raise UnsupportedOperation(f"Table {shared.full_name} is on local disk and this server has no S3 face")
-            root = self.face.location(shared)
+            root = face_location(shared, self.bucket)
             return root.url(), root
         announced = shared.config.location.rstrip("/")
         return announced, Location.parse(announced)
@@ -106,7 +91,7 @@ class DirectoryAccess:
         announced, root = self._root(shared)
         location = self._check_inside(shared, root, asked)
         where = announced if asked is None else asked
-        if self.face is not None and is_local(shared.config.location):
+        if is_local(shared.config.location):
             credentials = self.face.mint(
                 table=shared,
                 who=who,

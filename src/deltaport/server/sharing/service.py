@@ -28,6 +28,7 @@ from deltaport.server.fast.file_keys import KeyingPool
 from deltaport.server.fast.freshness import LatestState
 from deltaport.server.ops.access import RecipientAllowLists
 from deltaport.server.ops.request_info import FilesServed, current_request
+from deltaport.server.s3face.credentials import FaceCredentials
 from deltaport.server.sharing.answers import (
     Answer,
     Reply,
@@ -38,7 +39,7 @@ from deltaport.server.sharing.answers import (
     timestamp_ms,
 )
 from deltaport.server.sharing.change_feed import ChangeFeed
-from deltaport.server.sharing.directory import CloudVendors, DirectoryAccess, FaceIssuer, url_refusal
+from deltaport.server.sharing.directory import CloudVendors, DirectoryAccess, url_refusal
 from deltaport.server.sharing.registry import Principal, Registry, SharedTable, StoreOpener
 from deltaport.server.sharing.tokens import TokenBinding, TokenCodec, params_checksum
 from deltaport.server.sharing.translate import FileLineMaker, choose_format, header_lines
@@ -103,7 +104,6 @@ class SharingService:
         clock: Callable[[], float] = time.time,
         keying: KeyingPool | None = None,
         open_store: StoreOpener = store_for,
-        face: FaceIssuer | None = None,
         cloud_vendors: CloudVendors = cloud_vendor_for,
     ) -> None:
         self.config = config
@@ -117,7 +117,10 @@ class SharingService:
         self.ip_access = RecipientAllowLists()
         self.feed = ChangeFeed(self)
         self.directory = DirectoryAccess(
-            face=face, cloud_vendors=cloud_vendors, lifetime_seconds=config.temporary_credential_validity_seconds
+            face=FaceCredentials(config.token_secret),
+            bucket=config.directory_bucket,
+            cloud_vendors=cloud_vendors,
+            lifetime_seconds=config.temporary_credential_validity_seconds,
         )
 
     def serve_catalog(
