@@ -94,3 +94,6 @@ _.mint  # called by the temporary-table-credentials endpoint (src/deltaport/serv
 bucket_call  # route handler (src/deltaport/server/s3face/routes.py)
 object_call  # route handler (src/deltaport/server/s3face/routes.py)
 write_call  # route handler (src/deltaport/server/s3face/routes.py)
+share_fields  # a conformance check, registered by decorator (src/deltaport/conformance/directory_checks.py)
+credentials_outside  # a conformance check, registered by decorator (src/deltaport/conformance/directory_checks.py)
+credentials_url_only  # a conformance check, registered by decorator (src/deltaport/conformance/directory_checks.py)

@@ -25,12 +25,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from deltaport.client.errors import AccessModeError, IncompleteResponse
+from deltaport.client.errors import AccessModeError, IncompleteResponse, SharingServerError
 from deltaport.client.model import DIR, URL, Table, TemporaryCredentials
 from deltaport.client.rest import MetadataResult, RestClient
 from deltaport.client.schema import TableInfo
 
-__all__ = ["DIR", "MAX_CHUNKS", "URL", "DirectoryRead", "choose_mode", "deltalake_module", "storage_options"]
+__all__ = [
+    "DIR",
+    "MAX_CHUNKS",
+    "URL",
+    "DirectoryRead",
+    "choose_mode",
+    "deltalake_module",
+    "directory_only",
+    "storage_options",
+]
 
 log = logging.getLogger("deltaport.client")
 
@@ -163,6 +172,7 @@ class DirectoryRead:
         self._deltalake = deltalake_module()
         self._credentials = self._fetch()
         self._dt: Any = None
+        self._scans: list[str | None] | None = None
 
     def _fetch(self) -> TemporaryCredentials:
         credentials = self.rest.temporary_table_credentials(self.table)
@@ -188,23 +198,45 @@ class DirectoryRead:
     def info(self) -> TableInfo:
         return self.meta.table_info()
 
+    def scans(self) -> list[str | None]:
+        """The scans that together read the table (:func:`partition_chunks`), each read by :meth:`scan`."""
+        if self._scans is None:
+            self._scans = partition_chunks(self._open())
+        return self._scans
+
+    def scan(self, index: int) -> Iterator[pa.Table]:
+        """One scan's rows, cast to the metadata's schema; the credentials renewed first (at the same
+        version) when they near expiry."""
+        schema = self.info.arrow_schema
+        for batch in pa.RecordBatchReader.from_stream(self._open().scan(predicate=self.scans()[index])):
+            yield _conform(pa.Table.from_batches([batch]), schema)
+
     def tables(self, limit: int | None = None) -> Iterator[pa.Table]:
         """The table's rows, a scan's batches at a time, cast to the schema the metadata gives."""
-        schema = self.info.arrow_schema
         left = limit
-        dt = self._open()
-        for index, predicate in enumerate(partition_chunks(dt)):
-            if index:
-                dt = self._open()  # renewed, at the same version, when the credentials near expiry
-            for batch in pa.RecordBatchReader.from_stream(dt.scan(predicate=predicate)):
+        for index in range(len(self.scans())):
+            for table in self.scan(index):
                 if left is not None:
                     if left <= 0:
                         return
-                    batch = batch.slice(0, left)
-                    left -= batch.num_rows
-                yield _conform(pa.Table.from_batches([batch]), schema)
+                    table = table.slice(0, left)
+                    left -= table.num_rows
+                yield table
             if left is not None and left <= 0:
                 return
+
+
+def directory_only(rest: RestClient, table: Table, asked: str | None, refused: SharingServerError) -> bool:
+    """Whether a read by file URLs that the server refused with ``refused`` is to be made by directory
+    instead: the table offers only ``dir``. Raises ``refused`` when the table offers URLs (or the
+    refusal is not one a mode explains), and AccessModeError when ``url`` was asked of a dir-only table."""
+    if refused.http_status in (401, 404, 429) or not 400 <= refused.http_status < 500:
+        raise refused
+    offered = rest.metadata(table).metadata.access_modes
+    if URL in offered:
+        raise refused
+    choose_mode(asked, offered, table.full_name)
+    return True
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

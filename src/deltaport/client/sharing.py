@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
-from deltaport.client.directory import DIR, MODES, URL, DirectoryRead, choose_mode
+from deltaport.client.directory import DIR, MODES, URL, DirectoryRead, choose_mode, directory_only
 from deltaport.client.errors import AccessModeError, SharingServerError
 from deltaport.client.fetch import FileFetcher, default_workers
 from deltaport.client.model import FileAction, Metadata, Protocol, Schema, Share, Table
@@ -240,12 +240,7 @@ def _snapshot_tables(
         try:
             return by_urls()
         except SharingServerError as exc:
-            if exc.http_status in (401, 404, 429) or not 400 <= exc.http_status < 500:
-                raise
-            offered = read.rest.metadata(read.table).metadata.access_modes
-            if URL in offered:
-                raise
-            choose_mode(access_mode, offered, read.table.full_name)  # asked url of a dir-only table: say so
+            directory_only(read.rest, read.table, access_mode, exc)
             return _by_directory(read, version, timestamp, limit, access_mode, by_urls)
     finally:
         read.close()

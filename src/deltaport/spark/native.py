@@ -21,16 +21,19 @@ line, before Spark runs anything.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from deltaport.client.errors import FileDownloadError
+from deltaport.client.directory import DIR, directory_only
+from deltaport.client.errors import FileDownloadError, SharingServerError
 from deltaport.client.model import FileAction
 from deltaport.client.schema import ColumnSpec, TableInfo, parse_partition_value
 from deltaport.errors import DeltaportError, UnsupportedOperation
+from deltaport.spark.directory import access_mode, stage_by_directory
 from deltaport.spark.fetching import StageReport, StageTask, stage_files, stage_on_executors
 from deltaport.spark.options import (
     BATCH_OPTIONS,
@@ -289,17 +292,34 @@ def _json_hints(options: Mapping[str, Any], where: str | None) -> str | None:
 
 def stage(spark: Any, url: str, *, where: str | None = None, **options: Any) -> Staged:
     """:func:`read_table`, also telling how many files were fetched and how many were cached."""
+    options = dict(options)
+    asked = access_mode(options)
     check_option_names(options, BATCH_OPTIONS + STAGING_OPTIONS + CREDENTIAL_OPTIONS)
     time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
     read = ReadOptions.parse({**{k: str(v) for k, v in options.items()}, "path": url}, time_zone=time_zone)
     read.check_batch()
     staging = StagingOptions.parse(options)
-    plan = _plan(read, _json_hints(options, where))
-    area, table_folder, tasks, report = _stage(spark, plan, staging)
-    frame = _dataframe(spark, plan, area, tasks, table_folder)
+    staged = _staged_by_urls(spark, read, staging, _json_hints(options, where), asked)
     if where is not None:
-        frame = frame.where(where)
-    return Staged(frame, len(tasks), report, area.root)
+        staged = dataclasses.replace(staged, dataframe=staged.dataframe.where(where))
+    return staged
+
+
+def _staged_by_urls(
+    spark: Any, read: ReadOptions, staging: StagingOptions, hints: str | None, asked: str | None
+) -> Staged:
+    """Staged from the files the server lists; by directory (directory.py) when that is asked, or
+    when the table offers only directory access."""
+    if asked == DIR:
+        return Staged(*stage_by_directory(spark, read, staging, asked))
+    try:
+        plan = _plan(read, hints)
+    except SharingServerError as refused:
+        with read.remote.open() as session:
+            directory_only(session.client, session.table, asked, refused)
+        return Staged(*stage_by_directory(spark, read, staging, asked))
+    area, table_folder, tasks, report = _stage(spark, plan, staging)
+    return Staged(_dataframe(spark, plan, area, tasks, table_folder), len(tasks), report, area.root)
 
 
 def read_table(spark: Any, url: str, *, where: str | None = None, **options: Any) -> Any:
@@ -321,6 +341,10 @@ def read_table(spark: Any, url: str, *, where: str | None = None, **options: Any
 
     ``where`` (a Spark SQL condition) is sent to the server as a predicate hint where it can
     be, and applied to the rows.
+
+    ``accessMode``: ``dir`` reads a table offered for directory access with delta-rs under the
+    temporary credentials the server vends, staged as parquet (spark/directory.py); ``url`` by
+    file URLs; unset, by file URLs unless the table offers only directory access.
     """
     return stage(spark, url, where=where, **options).dataframe
 
