@@ -36,6 +36,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +89,7 @@ RUNNERS: dict[tuple[str, str], str] = {}  # (heading, first line's start) -> the
 SERVING = "Serving shares"
 PROVIDER = "Running it as a provider's service: a catalog database and the admin API"
 READING = "Reading shares"
+DIRECTORY = "Directory access: recipients read a table's folder themselves"
 
 # The blocks, by key (Block.key)
 PIP = ("deltaport", "pip install deltaport")
@@ -100,6 +102,8 @@ ADMIN_SDK = (PROVIDER, "from databricks.sdk import WorkspaceClient")
 ADMIN_CLI = (PROVIDER, "export DELTAPORT_HOST=http://127.0.0.1:9090")
 READ = (READING, "import deltaport as delta_sharing")
 SPARK_STAGED = (READING, "import deltaport")
+DIR_YAML = (DIRECTORY, "version: 1")
+DIR_READ = (DIRECTORY, "import deltaport as delta_sharing")
 SPARK_SOURCE = (READING, "import deltaport.spark")
 INSPECT = ("Inspecting a table", "deltaport inspect path/to/table")
 CONFORMANCE = ("Checking a server against the protocol", "deltaport conformance --profile recipient.share")
@@ -508,6 +512,50 @@ def _oracle_changes(world: Path, start: int) -> list[tuple]:
 
     feed = pa.table(DeltaTable(str(world / "orders")).load_cdf(starting_version=start).read_all())
     return _rows(feed, "order_id", "_change_type", "_commit_version")
+
+
+@pytest.fixture(scope="module")
+def directory(world, tmp_path_factory):
+    """The directory-access YAML served by ``deltaport serve`` (its own process: delta-rs holds the
+    GIL while it waits for bytes), ``/data`` being the folder of ``orders``, and a ``profile.share``
+    for it in the folder the reading snippet runs in."""
+    workdir = tmp_path_factory.mktemp("directory")
+    port = free_port()
+    filled = {"/data": str(world), "8080": str(port), "a-plain-token": READER_TOKEN}
+    server = YamlServe(fill(snippet(*DIR_YAML).text, filled), workdir, f"http://127.0.0.1:{port}/health")
+    endpoint = f"http://127.0.0.1:{port}/delta-sharing"
+    profile = {"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": READER_TOKEN}
+    (workdir / "profile.share").write_text(json.dumps(profile))
+    yield workdir, endpoint
+    server.stop()
+    add_process_output("deltaport serve (README directory YAML)", server.log.read_text())
+
+
+@covers(DIR_YAML)
+def test_directory_yaml_offers_the_folder(directory):
+    _, endpoint = directory
+    headers = {"Authorization": f"Bearer {READER_TOKEN}"}
+    (item,) = httpx.get(f"{endpoint}/shares/sales/all-tables", headers=headers).json()["items"]
+    assert item["accessModes"] == ["url", "dir"] and item["location"] == "s3://deltaport/sales/default/orders"
+    answer = httpx.post(
+        f"{endpoint}/shares/sales/schemas/default/tables/orders/temporary-table-credentials", headers=headers
+    )
+    creds = answer.json()["credentials"]
+    secrets_used.add(creds["awsTempCredentials"]["secretAccessKey"], creds["awsTempCredentials"]["sessionToken"])
+    assert answer.status_code == 200 and 3500_000 < creds["expirationTime"] - time.time() * 1000 <= 3600_000
+
+
+@covers(DIR_READ)
+def test_directory_read_block(directory, world, monkeypatch):
+    """Run where ``profile.share`` is; both reads against delta-rs reading the folder itself."""
+    monkeypatch.chdir(directory[0])
+    steps = run_python(snippet(*DIR_READ).text, {})
+    expected = sorted(_oracle(world)["order_id"].to_pylist())
+    creds = step(steps, "creds = ").bound["creds"]
+    secrets_used.add(creds.values["secretAccessKey"], creds.values["sessionToken"])
+    assert creds.location == "s3://deltaport/sales/default/orders"
+    assert sorted(step(steps, "table = ").bound["table"]["order_id"].to_pylist()) == expected
+    assert sorted(step(steps, "orders = ").bound["orders"]["order_id"].to_pylist()) == expected
 
 
 @covers(READ)
