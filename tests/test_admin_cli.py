@@ -427,6 +427,7 @@ def test_share_metadata_and_access_modes_from_the_command_line(server):
         "dir",
         "--auxiliary-location",
         "s3://aux/orders",
+        "--history",
     )
     (obj,) = json.loads(server.admin("shares", "get", "vaccine", "--json").stdout)["objects"]
     assert (obj["access_modes"], obj["auxiliary_locations"]) == (["url", "dir"], ["s3://aux/orders"])

@@ -17,8 +17,9 @@ from deltaport.catalog.served import SchemaConfig, ShareConfig, SharedTableConfi
 from deltaport.catalog.store import CatalogDB, ObjectUpdate
 from deltaport.errors import InvalidParameter
 
-TABLE = SharedObject("main.sales.orders")
-SCHEMA = SharedObject("main.sales", ObjectType.SCHEMA)
+#: objects sharing their history, which directory access needs (a directory holds every version)
+TABLE = SharedObject("main.sales.orders", history_shared=True)
+SCHEMA = SharedObject("main.sales", ObjectType.SCHEMA, history_shared=True)
 
 
 @pytest.fixture
@@ -128,8 +129,15 @@ BAD = [
         dataclasses.replace(TABLE, access_modes=("dir",), auxiliary_locations=("https://host/aux",)),
         "has 'dir', but its location 'https://host/aux' is on 'https' storage",
     ),
-    (SharedObject("main.web.pages", access_modes=("dir",)), "has 'dir', but its location 'https://host/pages'"),
-    (SharedObject("main.web", ObjectType.SCHEMA, access_modes=("dir",)), "cannot vend credentials"),
+    (
+        SharedObject("main.web.pages", access_modes=("dir",), history_shared=True),
+        "has 'dir', but its location 'https://host/pages'",
+    ),
+    (
+        SharedObject("main.web", ObjectType.SCHEMA, access_modes=("dir",), history_shared=True),
+        "cannot vend credentials",
+    ),
+    (SharedObject("main.sales.orders", access_modes=("dir",)), "has 'dir', but a directory holds every version"),
 ]
 
 
@@ -150,7 +158,10 @@ def test_bad_access_is_refused_on_update(lake):
     with pytest.raises(InvalidParameter, match="shared with partitions"):
         lake.update_share("s", updates=[ObjectUpdate("UPDATE", sliced)])
     with pytest.raises(InvalidParameter, match="'https://host/pages' is on 'https' storage"):
-        lake.update_share("s", updates=[ObjectUpdate("UPDATE", dataclasses.replace(schema, access_modes=("dir",)))])
+        lake.update_share(
+            "s",
+            updates=[ObjectUpdate("UPDATE", dataclasses.replace(schema, access_modes=("dir",), history_shared=True))],
+        )
     assert [o.access_modes for o in lake.get_share("s", include_objects=True).objects] == [("url",), ("url",)]
 
 
@@ -179,7 +190,12 @@ def test_shares_and_objects_made_before_the_migration_get_the_defaults(catalog_u
 
 def test_an_imported_config_keeps_share_metadata_and_table_access(store):
     table = SharedTableConfig(
-        "t", "s3://bucket/t", id="id-t", access_modes=("url", "dir"), auxiliary_locations=("s3://aux/t",)
+        "t",
+        "s3://bucket/t",
+        id="id-t",
+        history_shared=True,
+        access_modes=("url", "dir"),
+        auxiliary_locations=("s3://aux/t",),
     )
     share = ShareConfig(
         "s", (SchemaConfig("d", (table,)),), id="id-s", comment="c", display_name="S", properties={"k": "v"}

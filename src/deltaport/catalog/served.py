@@ -101,10 +101,9 @@ def _vendable(location: str) -> bool:
 def dir_access_refusal(table: SharedTableConfig) -> str | None:
     """Why the server cannot give recipients directory access (``dir``) to ``table``, or None when
     it can. A directory holds every row and every version, so a table shared with partitions (a
-    recipient's slice cannot be enforced) or without its history cannot have it; nor a table on
-    local disk with auxiliary locations (the S3 face serves its own folder only), nor a location
-    (its own or an auxiliary one) on storage no credentials can be vended for (anything but local
-    disk, S3, Azure and GCS). The message names the fix."""
+    recipient's slice cannot be enforced) or without its history cannot have it; nor a table with
+    a location (its own or an auxiliary one) on storage no credentials can be vended for (anything
+    but local disk, S3, Azure and GCS). The message names the fix."""
     if table.partitions:
         return (
             "it is shared with partitions, and a recipient's slice cannot be enforced on a directory: "
@@ -122,11 +121,6 @@ def dir_access_refusal(table: SharedTableConfig) -> str | None:
                 f"its location {location!r} is on '{scheme}' storage, for which the server cannot vend "
                 "credentials (only local disk, s3, Azure and gs): remove 'dir' from its access modes"
             )
-    if is_local(table.location) and table.auxiliary_locations:
-        return (
-            "it is on local disk, read through this server's S3 face, which serves the table's own folder "
-            "only: remove its auxiliaryLocations, or 'dir'"
-        )
     return None
 
 

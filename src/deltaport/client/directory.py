@@ -181,9 +181,11 @@ class DirectoryRead:
         self._margin = self.margin if self.margin is not None else max(0.0, min(30.0, lifetime / 4))
         return credentials
 
-    def _open(self) -> Any:
-        """The table at the pinned version, re-opened with new credentials when these expire within the margin."""
-        if self._dt is not None and self.clock() + self._margin < self._credentials.expiration_time / 1000:
+    def _open(self, *, renew: bool = False) -> Any:
+        """The table at the pinned version; with ``renew``, re-opened with new credentials when these
+        expire within the margin (between scans: a scan runs under one set of credentials)."""
+        fresh = self.clock() + self._margin < self._credentials.expiration_time / 1000
+        if self._dt is not None and (fresh or not renew):
             return self._dt
         if self._dt is not None:
             self._credentials = self._fetch()
@@ -208,7 +210,8 @@ class DirectoryRead:
         """One scan's rows, cast to the metadata's schema; the credentials renewed first (at the same
         version) when they near expiry."""
         schema = self.info.arrow_schema
-        for batch in pa.RecordBatchReader.from_stream(self._open().scan(predicate=self.scans()[index])):
+        predicate = self.scans()[index]
+        for batch in pa.RecordBatchReader.from_stream(self._open(renew=index > 0).scan(predicate=predicate)):
             yield _conform(pa.Table.from_batches([batch]), schema)
 
     def tables(self, limit: int | None = None) -> Iterator[pa.Table]:

@@ -189,10 +189,6 @@ def test_a_data_object_without_access_fields_is_read_by_url(lake):
             "has 'dir', but its location 'https://host/aux' is on 'https' storage",
         ),
         ({"access_modes": ["dir"]}, "has 'dir', but a directory holds every version of the table"),
-        (
-            {"access_modes": ["dir"], "auxiliary_locations": ["s3://aux/orders"], **HISTORY},
-            "has 'dir', but it is on local disk, read through this server's S3 face",
-        ),
     ],
 )
 def test_bad_access_is_a_400_naming_the_fix(lake, fields, needle):

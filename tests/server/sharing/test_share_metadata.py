@@ -23,7 +23,12 @@ VACCINE = {
 
 
 def _config() -> dict:
-    table = {"name": "t", "location": str(TABLES / "basic_partitioned"), "accessModes": ["url", "dir"]}
+    table = {
+        "name": "t",
+        "location": str(TABLES / "basic_partitioned"),
+        "accessModes": ["url", "dir"],
+        "historyShared": True,
+    }
     return {
         "version": 1,
         "shares": [

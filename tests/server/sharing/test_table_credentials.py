@@ -33,7 +33,13 @@ def _config(moto, location: str, **server) -> dict:
                             {"name": "both", **table, "accessModes": ["url", "dir"]},
                             {"name": "dironly", **table, "accessModes": ["dir"]},
                             {"name": "urlonly", **table},
-                            {"name": "nohistory", "location": location, "accessModes": ["url", "dir"]},
+                            {
+                                "name": "local",
+                                "location": str(TABLES / "basic_partitioned"),
+                                "historyShared": True,
+                                "accessModes": ["dir"],
+                                "auxiliaryLocations": [location],
+                            },
                         ],
                     }
                 ],
@@ -141,12 +147,10 @@ def test_malformed_bodies_name_the_shape(served):
         assert r.status_code == 400 and "location" in r.json()["message"], r.text
 
 
-def test_modes_history_and_grants_decide_who_gets_credentials(served):
+def test_modes_and_grants_decide_who_gets_credentials(served):
     client, _ = served
     message = _error(_credentials(client, "urlonly"), 400, "UNSUPPORTED_OPERATION")
     assert "accessModes" in message and "/query" in message
-    message = _error(_credentials(client, "nohistory"), 400, "INVALID_PARAMETER_VALUE")
-    assert "history sharing is not enabled" in message
     _error(_credentials(client, "../../other/schemas/d/tables/t"), 404, "RESOURCE_DOES_NOT_EXIST")
     bob = httpx.Client(base_url=client.base_url, headers={"Authorization": f"Bearer {OTHER}"}, timeout=30)
     _error(_credentials(bob, "both"), 404, "RESOURCE_DOES_NOT_EXIST")
@@ -184,3 +188,26 @@ def test_sts_down_is_a_503_with_retry_after_and_other_tables_still_answer(moto_s
             assert c.post("/urlonly/query", json={}).status_code == 200
     finally:
         server.stop()
+
+
+def test_a_local_tables_root_is_read_through_the_face_and_its_auxiliary_location_through_its_cloud(served, moto_server):
+    client, location = served
+    root = _credentials(client, "local").json()["credentials"]
+    assert root["location"] == "s3://deltaport/s/d/local"
+    assert root["awsTempCredentials"]["endpoint"] == str(client.base_url).split("/delta-sharing")[0]
+    aux = _credentials(client, "local", location=location + "/_delta_log")
+    assert aux.status_code == 200, aux.text
+    creds = aux.json()["credentials"]["awsTempCredentials"]
+    assert creds["endpoint"] == moto_server.endpoint  # vended by STS, not minted by the face
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=creds["endpoint"],
+        aws_access_key_id=creds["accessKeyId"],
+        aws_secret_access_key=creds["secretAccessKey"],
+        aws_session_token=creds["sessionToken"],
+        region_name="us-east-1",
+    )
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="tables/t1/_delta_log/")
+    assert listed["KeyCount"] > 0

@@ -135,10 +135,9 @@ def test_dir_is_refused_without_the_tables_history():
     assert "history" in str(caught.value) and "historyShared: true" in str(caught.value)
 
 
-def test_dir_on_local_disk_is_refused_with_auxiliary_locations(tmp_path):
-    assert _table(location=str(tmp_path), accessModes=["dir"]).access_modes == ("dir",)
-    with pytest.raises(ConfigError, match="S3 face"):
-        _table(location=str(tmp_path), accessModes=["dir"], auxiliaryLocations=["s3://b/aux"])
+def test_dir_on_local_disk_takes_auxiliary_locations_on_a_cloud(tmp_path):
+    table = _table(location=str(tmp_path), accessModes=["dir"], auxiliaryLocations=["s3://b/aux"])
+    assert (table.access_modes, table.auxiliary_locations) == (("dir",), ("s3://b/aux",))
 
 
 def test_auxiliary_locations_load_as_given():

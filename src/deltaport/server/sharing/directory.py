@@ -82,16 +82,11 @@ class DirectoryAccess:
                 f"[{', '.join(shared.config.access_modes)}]): read it with /query, or ask the provider to add "
                 "'dir' to its accessModes"
             )
-        if not shared.config.history_shared:
-            raise InvalidParameter(
-                "Temporary table credentials are not supported because history sharing is not enabled on "
-                f"table: {shared.full_name}"
-            )
         asked = _asked_location(body)
         announced, root = self._root(shared)
         location = self._check_inside(shared, root, asked)
         where = announced if asked is None else asked
-        if is_local(shared.config.location):
+        if is_local(shared.config.location) and location.within(root):
             credentials = self.face.mint(
                 table=shared,
                 who=who,
@@ -100,7 +95,7 @@ class DirectoryAccess:
                 lifetime_seconds=self.lifetime_seconds,
                 now=now,
             )
-        else:
+        else:  # a table on a cloud store, or an auxiliary location of one on local disk
             scope = CredentialScope(
                 location=location.url(),
                 storage_options=shared.storage_options,
