@@ -1,5 +1,6 @@
 """Directory access through the S3 face, measured: delta-rs reading a ~1 GB table from its folder vs
-through the face (`deltaport serve` as its own process, credentials minted with its tokenSecret),
+through the face (`deltaport serve` as its own process, credentials from its temporary-table-credentials
+endpoint),
 and a 100k-file `_delta_log` listed in ListObjectsV2 pages of 1,000.
 
     PYTHONPATH=src .venv/bin/python benchmarks/dir_access.py [--runs 3]
@@ -67,41 +68,28 @@ def main() -> None:
     size = sum(p.stat().st_size for p in big.rglob("*.parquet"))
     print(f"tables ready in {time.perf_counter() - started:.1f}s; big table {size / 1e9:.2f} GB")
 
+    import httpx
     from servers import ServeProcess
 
-    from deltaport.server.s3face.credentials import FaceCredentials, face_location
-    from deltaport.server.sharing.registry import Registry
-    from deltaport.server.sharing.tokens import TokenCodec
-    from deltaport.server.sources.config import load_config
+    from deltaport.signing.vending import TemporaryCredentials
 
+    access = {"historyShared": True, "accessModes": ["dir"]}
+    tables = [{"name": "big", "location": str(big), **access}, {"name": "log", "location": str(long_log), **access}]
     config = {
         "version": 1,
         "tokenSecret": "bench-secret",
-        "shares": [
-            {
-                "name": "b",
-                "schemas": [
-                    {
-                        "name": "s",
-                        "tables": [{"name": "big", "location": str(big)}, {"name": "log", "location": str(long_log)}],
-                    }
-                ],
-            }
-        ],
+        "shares": [{"name": "b", "schemas": [{"name": "s", "tables": tables}]}],
         "recipients": [{"name": "r", "tokens": [TOKEN], "shares": ["b"]}],
     }
     server = ServeProcess(config, CACHE)
     try:
-        loaded = load_config(CACHE / "serve.yaml")
-        registry = Registry(loaded, TokenCodec(b"x"))
-        who = registry.authenticate(f"Bearer {TOKEN}", int(time.time() * 1000))
-        minter = FaceCredentials(loaded.token_secret)
 
-        def creds(table: str):
-            shared = registry.table(who, "b", "s", table)
-            location = face_location(shared, loaded.directory_bucket)
-            return minter.mint(
-                table=shared, who=who, location=location, endpoint=server.url, lifetime_seconds=3600, now=time.time()
+        def creds(table: str) -> TemporaryCredentials:
+            """Credentials as a recipient gets them: from the temporary-table-credentials endpoint."""
+            url = f"{server.url}/delta-sharing/shares/b/schemas/s/tables/{table}/temporary-table-credentials"
+            answer = httpx.post(url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30).json()["credentials"]
+            return TemporaryCredentials(
+                answer["location"], "aws", answer["awsTempCredentials"], answer["expirationTime"]
             )
 
         read_compare(big, creds("big"), args.runs, size)
