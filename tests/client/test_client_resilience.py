@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import httpx
 import orjson
 import pytest
-from client_support import RecordingTransport, frame_rows, server_config, write_profile
+from client_support import TOKEN, RecordingTransport, frame_rows, server_config, write_profile
 
 import deltaport.client as ds
 from deltaport.client.errors import ConnectionFailed, IncompleteResponse, SharingServerError
@@ -288,17 +289,23 @@ def test_retries_run_out_on_persistent_5xx(table_url, recording):
     assert err.value.http_status == 500 and "retry later" in str(err.value)
 
 
-def test_connection_errors_are_retried_then_reported(table_url, recording):
+def test_connection_errors_after_the_endpoint_answered_are_retried_then_reported(table_url, recording):
+    from deltaport.client.rest import RestClient
+
     def refuse(request):
         raise httpx.ConnectError("connection refused")
 
-    recording.add_rule(_is_query, refuse, times=2)
-    assert len(ds.load_as_pandas(table_url("partitioned"), transport=recording, retry=FAST)) == 6
-    recording.add_rule(_is_query, refuse, times=100)
-    with pytest.raises(ConnectionFailed, match="after 3 attempt"):
-        ds.load_as_pandas(
-            table_url("partitioned"), transport=recording, retry=RetryPolicy(max_retries=2, initial_backoff=0.001)
-        )
+    profile, _, name = table_url("partitioned").rpartition("#")
+    with RestClient(profile, transport=recording, retry=FAST) as rest:
+        rest.list_shares()  # the read began: the endpoint answered
+        recording.add_rule(lambda r: r.url.path.endswith("/metadata"), refuse, times=2)
+        assert rest.metadata(name).table_info()
+    assert recording.count("GET", "/metadata") == 3
+    retry = RetryPolicy(max_retries=2, initial_backoff=0.001)
+    with RestClient(profile, transport=recording, retry=retry, answered=True) as rest:
+        recording.add_rule(lambda r: r.url.path.endswith("/metadata"), refuse, times=100)
+        with pytest.raises(ConnectionFailed, match="after 3 attempt"):
+            rest.metadata(name)
 
 
 def test_file_downloads_are_retried(table_url, recording):
@@ -309,11 +316,74 @@ def test_file_downloads_are_retried(table_url, recording):
         ds.load_as_pandas(table_url("partitioned"), transport=recording)
 
 
-def test_unreachable_server(tmp_path):
-    path = write_profile(tmp_path / "p.share", "http://127.0.0.1:9/delta-sharing")
-    with pytest.raises(ConnectionFailed) as err:
-        ds.SharingClient(path, retry=RetryPolicy(max_retries=1, initial_backoff=0.001)).list_shares()
-    assert "check the endpoint" in str(err.value)
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "reason"),
+    [
+        (f"http://127.0.0.1:{_closed_port()}/delta-sharing", "the connection was refused"),
+        ("http://nonexistent.invalid/delta-sharing", "the host name does not resolve"),
+    ],
+    ids=["closed port", "unresolvable host"],
+)
+def test_a_wrong_endpoint_fails_the_first_request_at_once(tmp_path, endpoint, reason, caplog):
+    path = write_profile(tmp_path / "p.share", endpoint)
+    started = time.monotonic()
+    with caplog.at_level("INFO", logger="deltaport.client"), pytest.raises(ConnectionFailed) as err:
+        ds.load_as_pandas(f"{path}#share.schema.table")  # the default policy: 10 retries over ~80 s
+    assert time.monotonic() - started < 10
+    assert str(err.value) == (
+        f"cannot reach the sharing server at {endpoint}: {reason}; check the profile's endpoint and that the "
+        "server is up"
+    )
+    assert not caplog.records  # not retried, so nothing said about waiting
+    with pytest.raises(ConnectionFailed, match="check the profile's endpoint"):
+        ds.SharingClient(path).list_shares()
+
+
+def test_503_a_few_times_then_200_succeeds_saying_once_what_it_waits_for(table_url, recording, caplog):
+    recording.add_rule(
+        _is_query, lambda r: httpx.Response(503, json={"errorCode": "INTERNAL_ERROR", "message": ""}), times=3
+    )
+    with caplog.at_level("INFO", logger="deltaport.client"):
+        df = ds.load_as_pandas(table_url("partitioned"), transport=recording, retry=FAST)
+    assert len(df) == 6 and recording.count("POST", "/query") == 4
+    said = [r for r in caplog.records if r.name == "deltaport.client"]
+    assert len(said) == 1 and said[0].levelname == "INFO"
+    message = said[0].getMessage()
+    assert re.fullmatch(
+        r"POST /shares/\S+/query: the server answered HTTP 503; waiting for the server to recover: "
+        r"up to 10 more attempt\(s\) over at most 0\.\d+ s",
+        message,
+    )
+    assert TOKEN not in message and "?" not in message
+
+
+def test_a_server_that_answered_then_refuses_is_waited_for(table_url, recording, caplog):
+    from deltaport.client.rest import RestClient
+
+    profile = table_url("partitioned").rpartition("#")[0]
+    with RestClient(profile, transport=recording, retry=FAST) as rest:
+        rest.list_shares()
+
+        def refuse(request):
+            raise httpx.ConnectError("[Errno 111] Connection refused")
+
+        recording.add_rule(lambda r: r.url.path.endswith("/shares"), refuse, times=2)
+        with caplog.at_level("INFO", logger="deltaport.client"):
+            assert rest.list_shares()
+    said = [r.getMessage() for r in caplog.records if r.name == "deltaport.client"]
+    assert len(said) == 1
+    assert said[0].startswith(
+        "GET /shares: ConnectError: [Errno 111] Connection refused; waiting for the server to recover: up to 10 "
+        "more attempt(s) over at most 0."
+    )
 
 
 def test_profile_json_on_the_wire_is_never_logged(table_url, recording):

@@ -244,3 +244,18 @@ def test_errors_name_the_problem(spark, sharing):
         reader.option("readChangeFeed", "true").load(sharing.url("events_cdf")).collect()
     with pytest.raises(Exception, match="does not exist|not found"):
         spark.read.format("deltaSharing").load(sharing.url("missing")).collect()
+
+
+def test_a_wrong_endpoint_fails_at_once_naming_it(spark, tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}/delta-sharing"
+    profile = tmp_path / "wrong.share"
+    profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": TOKEN}))
+    started = time.monotonic()
+    with pytest.raises(Exception, match=f"cannot reach the sharing server at {endpoint}: the connection was refused"):
+        spark.read.format("deltaSharing").load(f"{profile}#corpus.default.sales").count()
+    assert time.monotonic() - started < 10

@@ -146,3 +146,18 @@ def test_stream_options_are_validated(spark, sharing, tmp_path):
     ):
         with pytest.raises(Exception, match=message):
             run(spark, tmp_path, url, f"bad-{uuid.uuid4().hex[:6]}", **options)
+
+
+def test_a_stream_waits_for_a_restarting_server_once_its_first_offset_is_read(spark, sharing):
+    from deltaport.spark.options import ReadOptions
+    from deltaport.spark.streaming import DeltaSharingStreamReader
+
+    url = sharing.url("stream_sales")
+    reader = DeltaSharingStreamReader(
+        ReadOptions.parse({"path": url}), spark.read.format("deltaSharing").load(url).schema
+    )
+    with reader.remote.open() as session:
+        assert not session.client.answered  # a wrong endpoint fails the first request at once
+    reader.initialOffset()
+    with reader.remote.open() as session:
+        assert session.client.answered  # later micro-batches retry connection errors

@@ -36,7 +36,7 @@ from deltaport.client.model import (
     placement,
 )
 from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_table_name, read_profile
-from deltaport.client.retry import RetryPolicy, call_with_retries
+from deltaport.client.retry import RetryPolicy, call_with_retries, unreachable
 from deltaport.client.schema import TableInfo
 from deltaport.protocol.capabilities import DELTA, HEADER, PARQUET, Capabilities
 from deltaport.protocol.lines import VERSION_HEADER
@@ -200,6 +200,8 @@ class RestClient:
     """Delta Sharing REST calls for one profile. Use as a context manager, or call :meth:`close`.
 
     ``transport`` replaces httpx's network transport (tests, proxies); ``retry`` sets the backoff.
+    Until the endpoint has answered once (or with ``answered=True``), a connection that cannot be
+    opened fails at once, naming the endpoint: a wrong profile is not retried for a minute.
     """
 
     def __init__(
@@ -212,8 +214,10 @@ class RestClient:
         auth: AuthProvider | None = None,
         user_agent: str | None = None,
         clock: Callable[[], float] = time.time,
+        answered: bool = False,
     ) -> None:
         self.profile: DeltaSharingProfile = read_profile(profile)
+        self.answered = answered  # the endpoint has answered (any status): connection errors are retried
         self.retry = retry or RetryPolicy()
         self._auth = auth or auth_for_profile(self.profile, transport=transport, retry=self.retry, clock=clock)
         self._http = httpx.Client(transport=transport, timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)))
@@ -261,13 +265,19 @@ class RestClient:
                 if body is not None:
                     headers["Content-Type"] = "application/json; charset=utf-8"
                 with self._http.stream(method, url, params=params, content=body, headers=headers) as response:
+                    self.answered = True
                     if response.status_code == 200 and consume is not None:
                         consume(response)
                     else:
                         response.read()
                     return response
 
-            response = call_with_retries(once, self.retry, what=what)
+            response = call_with_retries(
+                once,
+                self.retry,
+                what=what,
+                unreachable=lambda e: None if self.answered else unreachable(self.endpoint, e),
+            )
             if response.status_code == 401 and not reauthenticated and self._auth.invalidate():
                 reauthenticated = True  # an OAuth token revoked early: fetch a new one, once
                 continue

@@ -1,7 +1,16 @@
-"""Retries with exponential backoff: HTTP 429, 5xx and connection errors; never other 4xx."""
+"""Retries with exponential backoff: HTTP 429, 5xx and connection errors; never other 4xx.
+
+A call that starts retrying says so once, at INFO on the ``deltaport.client`` logger: what it
+waits for and for how long at most (``what`` names the request without query string, so no
+token or presigned URL reaches the log). A caller may refuse to retry a connection error
+(``unreachable``): the REST client does so for an endpoint that has never answered, since a
+wrong endpoint does not become right by waiting.
+"""
 
 from __future__ import annotations
 
+import logging
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,7 +20,9 @@ import httpx
 
 from deltaport.client.errors import ConnectionFailed
 
-__all__ = ["NO_RETRY", "RetryPolicy", "call_with_retries", "is_retryable_status"]
+__all__ = ["NO_RETRY", "RetryPolicy", "call_with_retries", "is_retryable_status", "unreachable", "unreachable_reason"]
+
+log = logging.getLogger("deltaport.client")
 
 T = TypeVar("T")
 
@@ -44,25 +55,72 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(max_retries=0)
 
 
+def unreachable_reason(exc: httpx.TransportError) -> str | None:
+    """Why a connection could not even be opened (the host name does not resolve, the connection
+    was refused, connecting timed out), or None for an error on an open connection."""
+    if not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return None
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, socket.gaierror):
+            return "the host name does not resolve"
+        if isinstance(cause, ConnectionRefusedError):
+            return "the connection was refused"
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "connecting timed out"
+    return f"{type(exc).__name__}: {exc or 'cannot connect'}"
+
+
+def unreachable(endpoint: str, exc: httpx.TransportError) -> ConnectionFailed | None:
+    """``exc`` as the error of an endpoint that cannot be reached, when no connection could be
+    opened (None otherwise): one line naming the endpoint and the fix."""
+    reason = unreachable_reason(exc)
+    if reason is None:
+        return None
+    shown = httpx.URL(endpoint).copy_with(username=None, password=None, query=None, fragment=None)
+    return ConnectionFailed(
+        f"cannot reach the sharing server at {shown}: {reason}; check the profile's endpoint and that the server is up"
+    )
+
+
+def _announce(policy: RetryPolicy, what: str, reason: str, first_delay: float) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    budget = first_delay + sum(policy.delay(i) for i in range(1, policy.max_retries))
+    log.info(
+        "%s: %s; waiting for the server to recover: up to %d more attempt(s) over at most %.3g s",
+        what,
+        reason,
+        policy.max_retries,
+        budget,
+    )
+
+
 def call_with_retries(
     fn: Callable[[], httpx.Response],
     policy: RetryPolicy,
     *,
     what: str,
     on_retry: Callable[[int, str], None] | None = None,
+    unreachable: Callable[[httpx.TransportError], Exception | None] | None = None,
 ) -> httpx.Response:
     """Call ``fn`` until it returns a response whose status is not retryable, or retries run out.
 
     ``fn`` must read (or close) the body of any response it returns. Connection errors (any
     :class:`httpx.TransportError`, including a body cut short) are retried too; when retries run
     out they raise :class:`ConnectionFailed`, and a retryable status is returned to the caller,
-    which turns it into the server's error.
+    which turns it into the server's error. ``unreachable`` may turn a connection error into an
+    exception raised at once, without retrying.
     """
     attempt = 0
     while True:
         try:
             response = fn()
         except httpx.TransportError as exc:
+            refused = unreachable(exc) if unreachable is not None else None
+            if refused is not None:
+                raise refused from exc
             if attempt >= policy.max_retries:
                 raise ConnectionFailed(
                     f"could not complete {what} after {attempt + 1} attempt(s): "
@@ -71,12 +129,18 @@ def call_with_retries(
                 ) from exc
             if on_retry is not None:
                 on_retry(attempt, type(exc).__name__)
-            policy.sleep(policy.delay(attempt))
+            wait = policy.delay(attempt)
+            if attempt == 0:
+                _announce(policy, what, f"{type(exc).__name__}: {exc or 'connection error'}", wait)
+            policy.sleep(wait)
             attempt += 1
             continue
         if not is_retryable_status(response.status_code) or attempt >= policy.max_retries:
             return response
         if on_retry is not None:
             on_retry(attempt, f"HTTP {response.status_code}")
-        policy.sleep(policy.delay(attempt, response))
+        wait = policy.delay(attempt, response)
+        if attempt == 0:
+            _announce(policy, what, f"the server answered HTTP {response.status_code}", wait)
+        policy.sleep(wait)
         attempt += 1

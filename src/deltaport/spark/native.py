@@ -35,14 +35,7 @@ from deltaport.client.schema import ColumnSpec, TableInfo, parse_partition_value
 from deltaport.errors import DeltaportError, UnsupportedOperation
 from deltaport.spark.directory import access_mode, stage_by_directory
 from deltaport.spark.fetching import StageReport, StageTask, stage_files, stage_on_executors
-from deltaport.spark.options import (
-    BATCH_OPTIONS,
-    CREDENTIAL_OPTIONS,
-    STAGING_OPTIONS,
-    ReadOptions,
-    StagingOptions,
-    check_option_names,
-)
+from deltaport.spark.options import READ_TABLE, ReadOptions, StagingOptions
 from deltaport.spark.remote import Refresh, batch_request
 from deltaport.spark.staging import (
     CacheArea,
@@ -294,9 +287,10 @@ def stage(spark: Any, url: str, *, where: str | None = None, **options: Any) -> 
     """:func:`read_table`, also telling how many files were fetched and how many were cached."""
     options = dict(options)
     asked = access_mode(options)
-    check_option_names(options, BATCH_OPTIONS + STAGING_OPTIONS + CREDENTIAL_OPTIONS)
     time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
-    read = ReadOptions.parse({**{k: str(v) for k, v in options.items()}, "path": url}, time_zone=time_zone)
+    read = ReadOptions.parse(
+        {**{k: str(v) for k, v in options.items()}, "path": url}, time_zone=time_zone, accepted=READ_TABLE
+    )
     read.check_batch()
     staging = StagingOptions.parse(options)
     staged = _staged_by_urls(spark, read, staging, _json_hints(options, where), asked)

@@ -3,7 +3,12 @@
 Option names are the Scala connector's (``versionAsOf``, ``readChangeFeed``,
 ``maxFilesPerTrigger``, ...). Spark hands them over lower-cased, so they are looked up
 case-insensitively. Invalid values raise :class:`deltaport.errors.InvalidParameter` with the
-connector's messages.
+connector's messages; so does a name the entry point does not read (a typo would otherwise be
+ignored and read, say, the latest version instead of ``versionAsOf``), naming the nearest valid
+one. :meth:`ReadOptions.parse` is the one parser every entry point goes through: the data source
+(batch and streaming) with :data:`DATA_SOURCE`, :func:`deltaport.spark.read_table` (and the
+official connector's ``load_as_spark`` and ``load_table_changes_as_spark``) with
+:data:`READ_TABLE`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ if TYPE_CHECKING:
     from deltaport.spark.remote import RemoteTable
 
 __all__ = [
+    "DATA_SOURCE",
+    "READ_TABLE",
+    "OptionSet",
     "ReadOptions",
     "StagingOptions",
     "TableUrl",
@@ -48,6 +56,55 @@ CREDENTIAL_OPTIONS = (
     "bearerToken",
     "expirationTime",
 )
+
+#: what a snapshot or change-feed read understands, whichever way it is asked for
+READ_OPTIONS = (
+    "versionAsOf",
+    "timestampAsOf",
+    "readChangeFeed",
+    "readChangeData",
+    "startingVersion",
+    "endingVersion",
+    "startingTimestamp",
+    "endingTimestamp",
+    "responseFormat",
+)
+#: options only a stream reads (accepted by a batch read of the data source too, as Spark's
+#: own sources do, so one set of options can define both)
+STREAM_OPTIONS = (
+    "maxFilesPerTrigger",
+    "maxBytesPerTrigger",
+    "maxVersionsPerRpc",
+    "ignoreDeletes",
+    "ignoreChanges",
+    "skipChangeCommits",
+    "queryTableVersionIntervalSeconds",
+)
+#: what Spark itself puts among a data source's options (measured on pyspark 4.3): ``path`` from
+#: ``load(path)``, ``paths`` from ``load([...])``, and for a catalog table (``CREATE TABLE ...
+#: USING deltaSharing OPTIONS (...)``) its properties, with each option repeated as
+#: ``option.<name>``. ``checkpointLocation`` belongs to ``writeStream``; Spark does not pass it
+#: on, but a copy set on the reader is harmless and tolerated.
+SPARK_OPTIONS = (
+    "path",
+    "paths",
+    "checkpointLocation",
+    "location",
+    "owner",
+    "provider",
+    "comment",
+    "external",
+    "is_managed_location",
+)
+SPARK_OPTION_PREFIX = "option."
+
+
+@dataclass(frozen=True)
+class OptionSet:
+    """The option names one entry point reads, and how messages name that entry point."""
+
+    entry: str
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -226,7 +283,17 @@ class ReadOptions:
     version_poll_seconds: float = DEFAULT_VERSION_POLL_SECONDS
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any], *, time_zone: str = "UTC") -> ReadOptions:
+    def parse(
+        cls, options: Mapping[str, Any], *, time_zone: str = "UTC", accepted: OptionSet | None = None
+    ) -> ReadOptions:
+        """Every option of one read, validated before any request. ``accepted`` is the entry
+        point's set of option names (default :data:`DATA_SOURCE`); any other name is refused."""
+        check_option_names(options, accepted or DATA_SOURCE)
+        if _get(options, "paths") is not None:
+            raise InvalidParameter(
+                "the deltaSharing data source reads one table: give load() one "
+                "'<profile-file>#<share>.<schema>.<table>' path, and union the DataFrames"
+            )
         url = parse_table_url(_get(options, "path"))
         credentials = {name: value for name in CREDENTIAL_OPTIONS if (value := _get(options, name)) is not None}
         if url.profile is not None and credentials:
@@ -329,18 +396,7 @@ DEFAULT_CACHE_GRACE_SECONDS = 3600.0
 FETCH_MODES = ("auto", "driver", "spark")
 
 #: options of a batch read through :func:`deltaport.spark.read_table`
-BATCH_OPTIONS = (
-    "versionAsOf",
-    "timestampAsOf",
-    "readChangeFeed",
-    "readChangeData",
-    "startingVersion",
-    "endingVersion",
-    "startingTimestamp",
-    "endingTimestamp",
-    "responseFormat",
-    "jsonPredicateHints",
-)
+BATCH_OPTIONS = (*READ_OPTIONS, "jsonPredicateHints")
 STAGING_OPTIONS = (
     "stagingLocation",
     "stagingCacheSize",
@@ -348,6 +404,17 @@ STAGING_OPTIONS = (
     "stagingCacheGrace",
     "stagingFetch",
     "stagingThreads",
+)
+
+#: ``spark.read.format("deltaSharing")`` and ``spark.readStream.format("deltaSharing")``
+DATA_SOURCE = OptionSet(
+    "the deltaSharing data source",
+    (*READ_OPTIONS, "maxPartitionBytes", *STREAM_OPTIONS, *CREDENTIAL_OPTIONS),
+)
+#: :func:`deltaport.spark.read_table`, ``stage``, ``load_as_spark`` and ``load_table_changes_as_spark``
+READ_TABLE = OptionSet(
+    "deltaport.spark.read_table",
+    (*BATCH_OPTIONS, *STAGING_OPTIONS, *CREDENTIAL_OPTIONS, "accessMode"),
 )
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.I)
@@ -362,17 +429,27 @@ def parse_duration(text: str, option: str) -> float:
     return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
 
 
-def check_option_names(options: Mapping[str, Any], known: tuple[str, ...]) -> None:
-    """Refuse an option nobody reads, naming the closest known one."""
+def check_option_names(options: Mapping[str, Any], accepted: OptionSet) -> None:
+    """Refuse an option ``accepted`` does not read, in one line naming the nearest valid option
+    (or, for an option of another entry point, where it belongs). Spark's own keys pass."""
     import difflib
 
-    by_lower = {name.lower(): name for name in known}
+    by_lower = {name.lower(): name for name in accepted.names}
+    spark_own = {name.lower() for name in SPARK_OPTIONS}
     for key in options:
-        if key.lower() in by_lower:
+        lowered = key.lower()
+        if lowered in by_lower or lowered in spark_own or lowered.startswith(SPARK_OPTION_PREFIX):
             continue
-        close = difflib.get_close_matches(key.lower(), list(by_lower), n=1)
-        hint = f"; did you mean '{by_lower[close[0]]}'?" if close else f"; known options: {', '.join(known)}"
-        raise InvalidParameter(f"unknown option '{key}'{hint}")
+        elsewhere = next((s for s in (DATA_SOURCE, READ_TABLE) if lowered in {n.lower() for n in s.names}), None)
+        if elsewhere is not None:
+            raise InvalidParameter(f"option '{key}' is read by {elsewhere.entry}, not by {accepted.entry}")
+        close = difflib.get_close_matches(lowered, list(by_lower), n=1, cutoff=0.6)
+        hint = (
+            f"did you mean '{by_lower[close[0]]}'?"
+            if close
+            else f"the options of {accepted.entry} are {', '.join(accepted.names)}"
+        )
+        raise InvalidParameter(f"unknown option '{key}'; {hint}")
 
 
 @dataclass(frozen=True)

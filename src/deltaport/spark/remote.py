@@ -46,11 +46,14 @@ class RemoteTable:
     url: TableUrl
     credentials: Mapping[str, str]
     response_format: str = AUTO  # "auto" (the server chooses), "parquet" or "delta"
+    # The server answered this read before (a stream after its first offset): a connection error
+    # is then waited for with retries, not reported at once as a wrong endpoint.
+    answered: bool = False
 
     def open(self) -> Session:
         profile: Any = self.url.profile if self.url.profile is not None else dict(self.credentials)
         return Session(
-            RestClient(profile, user_agent="deltaport-spark"),
+            RestClient(profile, user_agent="deltaport-spark", answered=self.answered),
             Table(self.url.table, self.url.share, self.url.schema),
             self.response_format,
         )

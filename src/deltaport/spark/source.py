@@ -27,8 +27,10 @@ class DeltaSharingDataSource(DataSource):
     """``spark.read.format("deltaSharing").load("<profile>#<share>.<schema>.<table>")``.
 
     Options (case-insensitive): versionAsOf, timestampAsOf, readChangeFeed, startingVersion,
-    endingVersion, startingTimestamp, endingTimestamp, responseFormat; for streams also
-    maxFilesPerTrigger, maxBytesPerTrigger, ignoreDeletes, ignoreChanges, skipChangeCommits.
+    endingVersion, startingTimestamp, endingTimestamp, responseFormat, maxPartitionBytes; for
+    streams also maxFilesPerTrigger, maxBytesPerTrigger, maxVersionsPerRpc, ignoreDeletes,
+    ignoreChanges, skipChangeCommits, queryTableVersionIntervalSeconds. Any other name is refused
+    (``options.DATA_SOURCE``).
     """
 
     #: Time zone for timestamps given without one (set from the session by :func:`register`).

@@ -216,6 +216,8 @@ class DeltaSharingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def _note_latest(self, latest: int) -> None:
         self._latest, self._latest_at = latest, time.monotonic()
+        if not self.remote.answered:  # later micro-batches wait for a restarting server
+            self.remote = dataclasses.replace(self.remote, answered=True)
 
     def _upper_version(self) -> int:
         if self._frozen is not None:
