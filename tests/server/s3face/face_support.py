@@ -116,16 +116,10 @@ def running_face(tmp_path_factory):
 
 
 def storage_options(creds) -> dict[str, str]:
-    v = creds.values
-    return {
-        "AWS_ENDPOINT_URL": v["endpoint"],
-        "AWS_ALLOW_HTTP": "true",
-        "AWS_ACCESS_KEY_ID": v["accessKeyId"],
-        "AWS_SECRET_ACCESS_KEY": v["secretAccessKey"],
-        "AWS_SESSION_TOKEN": v["sessionToken"],
-        "AWS_REGION": "us-east-1",
-        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
-    }
+    """delta-rs's options for face credentials, as the connector maps them."""
+    from deltaport.client.directory import storage_options as mapped
+
+    return mapped(creds)
 
 
 def s3_client(creds):

@@ -12,7 +12,9 @@ import pytest
 from conftest import TABLES
 from servers import RunningServer
 
+from deltaport.client.directory import storage_options
 from deltaport.server import create_app, parse_config
+from deltaport.signing.vending import TemporaryCredentials
 
 P = "/delta-sharing/shares/s/schemas/d/tables"
 TOKEN, OTHER = "creds-token-alice", "creds-token-bob"
@@ -83,19 +85,9 @@ def _error(response: httpx.Response, status: int, code: str) -> str:
 
 
 def _delta_rs(creds: dict, location: str) -> deltalake.DeltaTable:
-    aws = creds["awsTempCredentials"]
-    return deltalake.DeltaTable(
-        location,
-        storage_options={
-            "AWS_ENDPOINT_URL": aws["endpoint"],
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_ACCESS_KEY_ID": aws["accessKeyId"],
-            "AWS_SECRET_ACCESS_KEY": aws["secretAccessKey"],
-            "AWS_SESSION_TOKEN": aws["sessionToken"],
-            "AWS_REGION": "us-east-1",
-            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
-        },
-    )
+    """delta-rs on the answer's credentials, mapped to its options as the connector maps them."""
+    answer = TemporaryCredentials(location, "aws", creds["awsTempCredentials"], creds["expirationTime"])
+    return deltalake.DeltaTable(location, storage_options=storage_options(answer))
 
 
 def test_a_dir_table_announces_its_location_and_gets_credentials_that_read_it(served, secrets_used):

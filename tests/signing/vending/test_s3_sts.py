@@ -52,19 +52,9 @@ def _reader(auth_moto, creds):  # moto with authentication on
 
 
 def _delta_rs(creds) -> deltalake.DeltaTable:
-    v = creds.values
-    return deltalake.DeltaTable(
-        creds.location,
-        storage_options={
-            "AWS_ENDPOINT_URL": v["endpoint"],
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_ACCESS_KEY_ID": v["accessKeyId"],
-            "AWS_SECRET_ACCESS_KEY": v["secretAccessKey"],
-            "AWS_SESSION_TOKEN": v["sessionToken"],
-            "AWS_REGION": "us-east-1",
-            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
-        },
-    )
+    from deltaport.client.directory import storage_options
+
+    return deltalake.DeltaTable(creds.location, storage_options=storage_options(creds))
 
 
 def _register(secrets_used, creds) -> None:
