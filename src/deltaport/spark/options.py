@@ -257,6 +257,25 @@ def _positive_int(options: Mapping[str, Any], name: str) -> int | None:
     return _int_at_least(options, name, 1, "a positive integer")
 
 
+def _table_and_credentials(options: Mapping[str, Any]) -> tuple[TableUrl, dict[str, str]]:
+    """The one table a read names: a profile file's URL, or a name with share credentials as options."""
+    if _get(options, "paths") is not None:
+        raise InvalidParameter(
+            "the deltaSharing data source reads one table: give load() one "
+            "'<profile-file>#<share>.<schema>.<table>' path, and union the DataFrames"
+        )
+    url = parse_table_url(_get(options, "path"))
+    credentials = {name: value for name in CREDENTIAL_OPTIONS if (value := _get(options, name)) is not None}
+    if url.profile is not None and credentials:
+        raise InvalidParameter("cannot specify both share credentials options and a profile file path")
+    if url.profile is None and not credentials:
+        raise InvalidParameter(
+            f"path {url.name} is not valid: expected '<profile-file>#<share>.<schema>.<table>' "
+            "or share credentials given as options"
+        )
+    return url, credentials
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """Every option the data source understands, validated."""
@@ -289,20 +308,7 @@ class ReadOptions:
         """Every option of one read, validated before any request. ``accepted`` is the entry
         point's set of option names (default :data:`DATA_SOURCE`); any other name is refused."""
         check_option_names(options, accepted or DATA_SOURCE)
-        if _get(options, "paths") is not None:
-            raise InvalidParameter(
-                "the deltaSharing data source reads one table: give load() one "
-                "'<profile-file>#<share>.<schema>.<table>' path, and union the DataFrames"
-            )
-        url = parse_table_url(_get(options, "path"))
-        credentials = {name: value for name in CREDENTIAL_OPTIONS if (value := _get(options, name)) is not None}
-        if url.profile is not None and credentials:
-            raise InvalidParameter("cannot specify both share credentials options and a profile file path")
-        if url.profile is None and not credentials:
-            raise InvalidParameter(
-                f"path {url.name} is not valid: expected '<profile-file>#<share>.<schema>.<table>' "
-                "or share credentials given as options"
-            )
+        url, credentials = _table_and_credentials(options)
         version_as_of = _non_negative_long(options, "versionAsOf")
         timestamp_text = _get(options, "timestampAsOf")
         if version_as_of is not None and timestamp_text is not None:
