@@ -26,7 +26,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS = ROOT / "src" / "deltaport" / "catalog" / "migrations"
-HEAD = "0004"
+HEAD = "0005"
 
 
 def _engine(url):

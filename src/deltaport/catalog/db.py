@@ -219,6 +219,28 @@ audit_blocks = sa.Table(
 )
 
 
+#: One row per asynchronous query (server/sharing/async_queries.py), not part of the catalog's
+#: revision: its state, so that it survives a restart and every replica sees it. A row is deleted
+#: once ``expires_at`` (epoch ms) has passed. An idempotency key is unique per recipient and table.
+async_queries = sa.Table(
+    "async_queries",
+    metadata,
+    sa.Column("query_id", sa.String(64), primary_key=True),
+    sa.Column("recipient", sa.String(255), nullable=False),
+    sa.Column("table_name", sa.String(767), nullable=False),
+    sa.Column("table_id", sa.String(255), nullable=False),
+    sa.Column("params_digest", sa.String(64), nullable=False),
+    sa.Column("request", sa.Text, nullable=False),
+    sa.Column("idempotency_key", sa.String(255)),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("version", sa.BigInteger),
+    sa.Column("error_code", sa.String(64)),
+    sa.Column("error_message", sa.Text),
+    sa.Column("expires_at", sa.BigInteger, nullable=False, index=True),
+    sa.UniqueConstraint("recipient", "table_name", "table_id", "idempotency_key"),
+)
+
+
 def display_url(url: str) -> str:
     """``url`` with any password masked: the only form of it that goes into messages and logs."""
     try:

@@ -180,3 +180,25 @@ class AuditEvent:
     bytes: int | None = None
     duration_ms: float | None = None
     detail: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AsyncQuery:
+    """The state of one asynchronous query (``asyncquery=true``): who asked, about which table
+    (``table`` = "share.schema.table" lower-cased, ``table_id`` its config id), a digest of its
+    parameters, the request it is answered with (JSON), the client's idempotency key, its status
+    ("pending", "succeeded", "failed"), the version planning pinned or the error it raised, and
+    when it expires (epoch ms)."""
+
+    query_id: str
+    recipient: str
+    table: str
+    table_id: str
+    params_digest: str
+    request: str
+    expires_at: int
+    idempotency_key: str | None = None
+    status: str = "pending"
+    version: int | None = None
+    error_code: str | None = None
+    error_message: str | None = None

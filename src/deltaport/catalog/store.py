@@ -38,8 +38,25 @@ from sqlalchemy.exc import (
     ProgrammingError,
 )
 
-from deltaport.catalog import db, store_audit, store_catalog, store_recipients, store_served, store_shares
-from deltaport.catalog.model import AuditEvent, CatalogInfo, Grant, RecipientInfo, SchemaInfo, ShareInfo, TableInfo
+from deltaport.catalog import (
+    db,
+    store_audit,
+    store_catalog,
+    store_queries,
+    store_recipients,
+    store_served,
+    store_shares,
+)
+from deltaport.catalog.model import (
+    AsyncQuery,
+    AuditEvent,
+    CatalogInfo,
+    Grant,
+    RecipientInfo,
+    SchemaInfo,
+    ShareInfo,
+    TableInfo,
+)
 from deltaport.catalog.store_recipients import Seal
 from deltaport.catalog.store_types import ObjectUpdate, PermissionChange, ServedCatalog, Tx
 from deltaport.errors import CatalogUnavailable, InvalidParameter
@@ -479,3 +496,33 @@ class CatalogDB:
                 after_id=after_id,
                 limit=limit,
             )
+
+    # --- asynchronous queries (not catalog writes: the revision stays) ---------------------------
+
+    def add_async_query(self, query: AsyncQuery) -> AsyncQuery:
+        """Store a new query (expired ones go first); when one with its idempotency key exists for
+        its recipient and table, that one instead."""
+        with self._write(catalog=False) as tx:
+            return store_queries.add(tx, query)
+
+    def async_query(self, query_id: str) -> AsyncQuery | None:
+        """The query ``query_id``; None when it is unknown or has expired."""
+        with self._read() as tx:
+            return store_queries.get(tx, query_id)
+
+    def finish_async_query(
+        self,
+        query_id: str,
+        *,
+        version: int | None = None,
+        error_code: str | None = None,
+        error_message: str | None = None,
+    ) -> None:
+        """Record a pending query's pinned version, or its error (the first outcome stays)."""
+        with self._write(catalog=False) as tx:
+            store_queries.finish(tx, query_id, version, error_code, error_message)
+
+    def keyed_async_query(self, recipient: str, table: str, table_id: str, key: str) -> AsyncQuery | None:
+        """The unexpired query with idempotency ``key`` of this recipient on this table, if any."""
+        with self._read() as tx:
+            return store_queries.keyed(tx, recipient, table, table_id, key)

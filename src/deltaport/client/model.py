@@ -360,6 +360,8 @@ class PageParser:
         self.files: list[FileAction] = []
         self.metadata_changes: list[Metadata] = []
         self.end_stream: EndStreamAction | None = None
+        #: an asynchronous query's ``queryStatus`` (pending or failed): the page has no result yet
+        self.query_status: dict[str, Any] | None = None
         self.lines = 0
 
     def _fail(self, message: str, code: str = "MALFORMED_RESPONSE") -> IncompleteResponse:
@@ -409,7 +411,9 @@ class PageParser:
                 if code and code.replace("_", "").isalnum() and code.isupper() and rest:
                     raise self._fail(rest, code)
                 raise self._fail(message, "SERVER_STREAM_ERROR")
-        # unknown actions (queryStatus, future additions) are ignored
+        elif kind == "queryStatus" and self.lines == 1:
+            self.query_status = body
+        # unknown actions (future additions) are ignored
 
     def _need_head(self, kind: str, fmt: str) -> None:
         if self.metadata is None:

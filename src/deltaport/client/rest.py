@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import platform
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -196,6 +197,23 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
+@dataclass(frozen=True)
+class Pending:
+    """An asynchronous query's ``queryStatus`` line: pending, or failed with the server's error."""
+
+    query_id: str
+    status: str
+    error_code: str = ""
+    message: str = ""
+
+
+def _status(body: Mapping[str, Any], what: str) -> Pending:
+    query_id, status = body.get("queryId"), body.get("status", "pending")
+    if not isinstance(query_id, str) or not query_id or status not in ("pending", "failed"):
+        raise _malformed(what, f"its queryStatus line is not a pending or failed query: {dict(body)!r:.200}")
+    return Pending(query_id, status, str(body.get("errorCode") or "QUERY_FAILED"), str(body.get("message") or ""))
+
+
 class RestClient:
     """Delta Sharing REST calls for one profile. Use as a context manager, or call :meth:`close`.
 
@@ -344,7 +362,8 @@ class RestClient:
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         end_stream_required: bool = False,
-    ) -> ResponsePage:
+    ) -> Any:
+        """The page the response holds; an asynchronous query's pending status as :class:`Pending`."""
         what = f"{method} {path}"
         state: dict[str, PageParser] = {}
 
@@ -364,6 +383,9 @@ class RestClient:
                 parser.feed(pending)
 
         response = self._send(method, path, params=params, body=body, capabilities=capabilities, consume=consume)
+        status = state["parser"].query_status
+        if status is not None:
+            return _status(status, what)
         echoed = Capabilities.parse(response.headers.get(HEADER))
         expect = end_stream_required or echoed.include_end_stream_action
         return state["parser"].finish(table_version=self._version(response, False, what), expect_end_stream=expect)
@@ -505,26 +527,90 @@ class RestClient:
         *,
         response_format: str = AUTO,
         follow_pages: bool = True,
+        async_query: bool = False,
+        timeout: float | None = None,
+        on_pending: Callable[[float], None] | None = None,
     ) -> QueryResult:
-        """``POST .../query``; with ``follow_pages`` every page (``options.max_files`` per page) is fetched."""
+        """``POST .../query``; with ``follow_pages`` every page (``options.max_files`` per page) is fetched.
+
+        ``async_query``: send ``asyncquery=true`` (with an ``idempotencyKey``, made up when the
+        options have none). A server that answers a ``queryId`` is polled (``…/queries/{id}``,
+        backing off from 0.1 to 5 s) until the result is ready, for at most ``timeout`` seconds
+        (None: no limit), ``on_pending`` called with the seconds waited before each poll; later
+        pages come from the same endpoint. A server that does not know the capability answers
+        at once, as the protocol allows. Off by default; change queries are never asynchronous."""
         path = self._table_path(table) + "/query"
         changes = options.starting_version is not None
+        asynchronous = async_query and not changes
+        if asynchronous and options.idempotency_key is None:  # one key per logical query, kept across retries
+            options = replace(options, idempotency_key=uuid.uuid4().hex)
+        polled: dict[str, str] = {}
 
         def page(opts: QueryOptions) -> ResponsePage:
             required = opts.max_files is not None or opts.include_refresh_token
-            return self._ndjson(
+            capabilities = capabilities_header(response_format)
+            if "id" in polled:  # a later page of an asynchronous query: from Get Query Info
+                body = orjson.dumps(
+                    {k: v for k, v in (("maxFiles", opts.max_files), ("pageToken", opts.page_token)) if v}
+                )
+                return self._ndjson(
+                    "POST", polled["id"], changes=False, capabilities=capabilities, body=body, end_stream_required=True
+                )
+            if asynchronous:
+                capabilities += ";asyncquery=true"
+            first = self._ndjson(
                 "POST",
                 path,
                 changes=changes,
-                capabilities=capabilities_header(response_format),
+                capabilities=capabilities,
                 body=opts.to_body(),
                 end_stream_required=required,
             )
+            if isinstance(first, Pending):
+                polled["id"] = self._table_path(table) + "/queries/" + _q(first.query_id)
+                return self._await_query(first, polled["id"], opts, capabilities, required, timeout, on_pending)
+            return first
 
         def next_options(opts: QueryOptions, token: str) -> QueryOptions:
             return replace(opts, page_token=token, include_refresh_token=False, refresh_token=None)
 
         return self._all_pages(page, options, next_options, follow_pages, changes, f"POST {path}")
+
+    def _await_query(
+        self,
+        pending: Pending,
+        path: str,
+        opts: QueryOptions,
+        capabilities: str,
+        required: bool,
+        timeout: float | None,
+        on_pending: Callable[[float], None] | None,
+    ) -> ResponsePage:
+        """Poll an asynchronous query until it has its first page (or failed, or ``timeout`` passed)."""
+        started, delay = time.monotonic(), 0.1
+        body = orjson.dumps({"maxFiles": opts.max_files} if opts.max_files else {})
+        answer: Any = pending
+        while isinstance(answer, Pending):
+            if answer.status == "failed":
+                raise SharingServerError(200, answer.error_code, answer.message, request=f"POST {path}")
+            waited = time.monotonic() - started
+            if timeout is not None and waited >= timeout:
+                raise SharingServerError(
+                    408,
+                    "QUERY_TIMEOUT",
+                    f"the asynchronous query was still pending after {timeout:g} s",
+                    request=f"POST {path}",
+                    hint="raise the timeout, or query again later (a retry with the same idempotencyKey "
+                    "finds the same query)",
+                )
+            if on_pending is not None:
+                on_pending(waited)
+            time.sleep(delay if timeout is None else max(0.0, min(delay, timeout - waited)))
+            delay = min(delay * 2, 5.0)
+            answer = self._ndjson(
+                "POST", path, changes=False, capabilities=capabilities, body=body, end_stream_required=required
+            )
+        return answer
 
     def query_changes(
         self,

@@ -104,6 +104,7 @@ def create_app(
     if catalog is None and config.catalog_url is not None:
         catalog = opened = CatalogDB(config.catalog_url, activation_ttl_s=config.activation_link_ttl_seconds)
     if catalog is not None:
+        service.async_queries.use_catalog(catalog)  # their state survives a restart, every replica sees it
         serve_catalog(app, service, catalog, cache, store, listener)
     elif config.source is not None:
         serve_config_file(app, service, config.source, cache, store)
@@ -221,6 +222,7 @@ def _new_app(service: SharingService, keying: KeyingPool) -> FastAPI:
         finally:
             keying.close()
             table_calls.close()
+            service.async_queries.close()
             if feed is not None:
                 feed.stop()
             for close in getattr(app.state, "closing", ()):

@@ -1,5 +1,6 @@
 """The protocol's endpoints under the server's prefix: listing shares, schemas and tables; a table's
-version, metadata, files (/query) and change data feed (/changes). Each asks the app's
+version, metadata, files (/query, and an asynchronous query's /queries/{queryId}) and change data
+feed (/changes). Each asks the app's
 :class:`~deltaport.server.sharing.service.SharingService` (``app.state.service``) and renders its
 reply; /version and /metadata go through ``app.state.table_calls``, which the hot paths call too.
 """
@@ -144,6 +145,37 @@ async def query(
         share,
         schema,
         table,
+        body,
+        delta_sharing_capabilities,
+        fileidhash,
+        str(request.base_url),
+    )
+    return reply_response(reply)
+
+
+@router.post(TABLE + "/queries/{query_id}", tags=["tables"])
+async def query_info(
+    share: str,
+    schema: str,
+    table: str,
+    query_id: str,
+    request: Request,
+    authorization: Optional[str] = Header(None),
+    delta_sharing_capabilities: Optional[str] = Header(None),
+    fileidhash: Optional[str] = Header(None),
+) -> Response:
+    """An asynchronous query's status (``queryStatus``: pending or failed), or once planned its
+    result, as ``/query`` answers it; the body may give ``maxFiles`` and ``pageToken``."""
+    service = _service(request)
+    body = await request.body()
+    who = service.principal(authorization)
+    reply = await run_in_threadpool(
+        service.query_info,
+        who,
+        share,
+        schema,
+        table,
+        query_id,
         body,
         delta_sharing_capabilities,
         fileidhash,

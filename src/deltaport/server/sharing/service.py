@@ -38,6 +38,7 @@ from deltaport.server.sharing.answers import (
     stream_body,
     timestamp_ms,
 )
+from deltaport.server.sharing.async_queries import AsyncQueries
 from deltaport.server.sharing.change_feed import ChangeFeed
 from deltaport.server.sharing.directory import CloudVendors, DirectoryAccess, url_refusal
 from deltaport.server.sharing.registry import Principal, Registry, SharedTable, StoreOpener
@@ -121,6 +122,13 @@ class SharingService:
             bucket=config.directory_bucket,
             cloud_vendors=cloud_vendors,
             lifetime_seconds=config.temporary_credential_validity_seconds,
+        )
+        self.async_queries = AsyncQueries(
+            codec,
+            plan=self.plan_snapshot_query,
+            serve=self._snapshot_query,
+            threshold_ms=config.async_query_threshold_ms,
+            ttl_seconds=config.async_query_ttl_seconds,
         )
 
     def serve_catalog(
@@ -322,11 +330,6 @@ class SharingService:
     ) -> Reply:
         req = QueryRequest.parse(body)
         caps = Capabilities.parse(capabilities)
-        if caps.async_query:
-            raise UnsupportedOperation(
-                "asynchronous queries are not supported by this server: send the query "
-                "without asyncquery=true in delta-sharing-capabilities"
-            )
         answer = Answer(who, caps, parse_fileidhash(fileidhash), base_url)
         shared = self.registry.table(who, share, schema, table)
         refusal = url_refusal(shared)
@@ -336,12 +339,40 @@ class SharingService:
             raise _history_error(shared)
         if req.starting_version is not None:
             return self.feed.streaming_query(who, shared, req, answer)
+        if caps.async_query and not req.page_token:  # a later page is served at once (async_queries.py)
+            return self.async_queries.submit(who, shared, req, answer)
         return self._snapshot_query(who, shared, req, answer)
 
-    def _snapshot_query(self, who: Principal, shared: SharedTable, req: QueryRequest, answer: Answer) -> Reply:
+    def query_info(
+        self,
+        who: Principal,
+        share: str,
+        schema: str,
+        table: str,
+        query_id: str,
+        body: bytes,
+        capabilities: str | None,
+        fileidhash: str | None,
+        base_url: str,
+    ) -> Reply:
+        """POST …/queries/{queryId}: an asynchronous query's status or result (async_queries.py)."""
+        answer = Answer(who, Capabilities.parse(capabilities), parse_fileidhash(fileidhash), base_url)
+        shared = self.registry.table(who, share, schema, table)
+        return self.async_queries.poll(who, shared, query_id, body, answer)
+
+    def plan_snapshot_query(self, who: Principal, shared: SharedTable, req: QueryRequest) -> int:
+        """The version a snapshot query reads, its snapshot loaded and checked as the query's would be."""
+        snap, _ = self._query_snapshot(shared, req, binding(who, shared), params_checksum(req.checksum_params()))
+        _check_paths_inside(snap)
+        return snap.version
+
+    def _snapshot_query(
+        self, who: Principal, shared: SharedTable, req: QueryRequest, answer: Answer, pinned: int | None = None
+    ) -> Reply:
+        """The snapshot query's reply; at version ``pinned`` (an asynchronous query's) when given."""
         bound = binding(who, shared)
         checksum = params_checksum(req.checksum_params())
-        snap, start = self._query_snapshot(shared, req, bound, checksum)
+        snap, start = self._query_snapshot(shared, req, bound, checksum, pinned)
         fmt = choose_format(answer.caps, snap.config)
         _check_paths_inside(snap)
         part = shared.slice(who)
@@ -378,12 +409,12 @@ class SharingService:
         return Reply(headers=headers, stream=stream_body(head, files, tail, end_stream), served=served)
 
     def _query_snapshot(
-        self, shared: SharedTable, req: QueryRequest, binding: TokenBinding, checksum: str
+        self, shared: SharedTable, req: QueryRequest, binding: TokenBinding, checksum: str, pinned: int | None = None
     ) -> tuple[Snapshot, int]:
         """The snapshot a query reads and the index of its first file: the version a page or
         refresh token pins (the one the query already read: not time travel, so it needs no history
-        sharing), else the version or timestamp asked for, else the latest."""
-        pinned, start = None, 0
+        sharing), else ``pinned``, else the version or timestamp asked for, else the latest."""
+        start = 0
         if req.page_token:
             data = self.codec.decode("page", req.page_token, binding, params=checksum)
             pinned, start = int(data["v"]), int(data["i"])

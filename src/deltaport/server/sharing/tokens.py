@@ -66,6 +66,11 @@ class TokenCodec:
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    def mac(self, message: bytes) -> bytes:
+        """HMAC-SHA256 of ``message`` under the token secret: for ids the server hands out and must
+        recognise again (async_queries.py)."""
+        return hmac.new(self._secret, message, hashlib.sha256).digest()
+
     def encode(self, kind: str, binding: TokenBinding, data: dict[str, Any], *, ttl_ms: int, params: str = "") -> str:
         payload = orjson.dumps(
             {

@@ -136,6 +136,15 @@ class ServerConfig:
     refresh_token_ttl_ms: int = setting(
         "refreshTokenTtlMs", 3_600_000, Whole(0), "how long a query's refresh token works"
     )
+    async_query_threshold_ms: int = setting(
+        "asyncQueryThresholdMs",
+        1000,
+        Whole(0),
+        "how long a query sent with asyncquery=true may plan before it is answered with a queryId to poll",
+    )
+    async_query_ttl_seconds: int = setting(
+        "asyncQueryTtlSeconds", 3600, Whole(1), "how long an asynchronous query's queryId can be polled"
+    )
     storage_options: Mapping[str, Any] = setting(
         "storageOptions", {}, read_mapping, "obstore options of every object-store table (a table's own win)"
     )
