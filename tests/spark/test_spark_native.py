@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -144,6 +145,30 @@ def test_time_travel_and_the_official_function_names(spark, corpus, cache, monke
     assert sorted({r["_commit_version"] for r in changes.collect()}) == [2, 3]
 
 
+def test_the_session_is_found_from_any_thread(spark, corpus, cache, monkeypatch):
+    """A thread that did not build the session finds the process's default one (or is given it)."""
+    monkeypatch.setenv("DELTAPORT_STAGING", cache)
+    url = corpus.url("cdf-table-non-partitioned")
+    outcome: list = []
+
+    def read() -> None:
+        try:
+            outcome.append(deltaport.load_as_spark(url, version=1).toPandas())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join()
+    assert not isinstance(outcome[0], Exception), outcome[0]
+    assert rows_of(outcome[0]) == rows_of(ds.load_as_pandas(url, version=1, progress=False))
+    with ThreadPoolExecutor(2) as pool:
+        changes = pool.submit(deltaport.load_table_changes_as_spark, url, starting_version=2, ending_version=3)
+        given = pool.submit(deltaport.load_as_spark, url, version=3, spark=spark)
+        assert sorted({r["_commit_version"] for r in changes.result().collect()}) == [2, 3]
+        assert given.result().count() == len(ds.load_as_pandas(url, version=3, progress=False))
+
+
 # --- Spark's own reader: pruning and pushdown ----------------------------------------------------------
 
 
@@ -247,3 +272,34 @@ def test_an_empty_table_and_an_empty_change_range(spark, corpus, cache):
     feed = spark.read.format("deltaSharing").option("readChangeFeed", "true").option("startingVersion", 1).load(url)
     assert native.count() == feed.count() == 0
     assert native.columns == feed.columns
+
+
+def test_an_error_on_an_executor_is_raised_as_it_is(spark, tmp_path):
+    """A file gone from storage fails the fetching task; the driver raises the task's own error in
+    one line (not Spark's job failure), and nothing is left half-written."""
+    import shutil
+
+    from servers import RunningServer
+
+    from deltaport.client.errors import FileDownloadError
+    from deltaport.server import create_app, parse_config
+
+    table = tmp_path / "table"
+    shutil.copytree(TABLES / "table-without-dv-small", table)
+    config = {
+        "version": 1,
+        "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}]}]}],
+        "recipients": [{"name": "r", "tokens": [TOKEN], "shares": ["s"]}],
+    }
+    server = RunningServer(create_app(parse_config(config)))
+    try:
+        profile = tmp_path / "profile.share"
+        endpoint = server.url + "/delta-sharing"
+        profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": TOKEN}))
+        for data in table.glob("*.parquet"):
+            data.unlink()
+        with pytest.raises(FileDownloadError, match="was not found in storage"):
+            stage(spark, f"{profile}#s.d.t", stagingLocation=str(tmp_path / "staging"), stagingFetch="spark")
+    finally:
+        server.stop()
+    assert not [p for p in (tmp_path / "staging").rglob("*") if p.is_file()]

@@ -17,7 +17,16 @@ are sent to the server as ``jsonPredicateHints`` when
 ``spark.sql.python.filterPushdown.enabled`` is true.
 """
 
+from deltaport.spark.fetching import ship_package
 from deltaport.spark.native import load_as_spark, load_table_changes_as_spark, read_table, stage
 from deltaport.spark.source import DeltaSharingDataSource, register
 
-__all__ = ["DeltaSharingDataSource", "load_as_spark", "load_table_changes_as_spark", "read_table", "register", "stage"]
+__all__ = [
+    "DeltaSharingDataSource",
+    "load_as_spark",
+    "load_table_changes_as_spark",
+    "read_table",
+    "register",
+    "ship_package",
+    "stage",
+]

@@ -4,8 +4,11 @@ Each file is streamed from its presigned URL straight into its cache entry with 
 library's ``http.client`` (the socket read and the file write run in C with the GIL released;
 Python only hands over 8 MiB chunks), in a pool of threads on the driver, or as a Spark job
 whose tasks each stage their share of the files when a cluster runs the pipeline
-(:func:`stage_on_executors`). A file with a deletion vector is rewritten without its deleted
-rows as it is staged (once per file and DV), so that Spark reads it like any other.
+(:func:`stage_on_executors`: DataFrame operations only, so the same job runs on a classic
+session and through Spark Connect; the driver's deltaport is shipped to the executors' Python
+as a zip, their Python needs only deltaport's dependencies). A file with a deletion vector is
+rewritten without its deleted rows as it is staged (once per file and DV), so that Spark reads
+it like any other.
 
 Failures: 429/5xx and dropped connections are retried with backoff; a refused URL (expired)
 is renewed by asking the server for the file list again; a body whose size is not the size in
@@ -16,14 +19,23 @@ never left behind: its temporary file is removed.
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.client
 import io
+import os
+import pickle
+import re
+import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+import uuid
+import weakref
+import zipfile
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,9 +49,9 @@ from deltaport.client.reader import conform, row_mask
 from deltaport.client.retry import RetryPolicy
 from deltaport.client.transport import file_http_client
 from deltaport.spark.remote import Refresh
-from deltaport.spark.staging import CacheArea, open_area
+from deltaport.spark.staging import CacheArea, StagingError, open_area
 
-__all__ = ["StageReport", "StageTask", "stage_files", "stage_on_executors"]
+__all__ = ["StageReport", "StageTask", "ship_package", "stage_files", "stage_on_executors"]
 
 CHUNK = 8 << 20
 DEFAULT_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
@@ -345,24 +357,122 @@ def stage_files(
 
 # --- as a Spark job ---------------------------------------------------------------------------------
 
+#: what each fetching task reports: files and bytes it fetched, or the error it met (pickled)
+REPORT_SCHEMA = "files long, bytes long, error binary"
 
-def _stage_partition(location: str, threads: int, refresh: Refresh | None, tasks: Iterable[StageTask]) -> list:
-    report = stage_files(open_area(location), list(tasks), threads=threads, refresh=refresh)
-    return [(report.files, report.bytes)]
+
+def _report_batch(files: int, fetched: int, error: bytes | None) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {"files": [files], "bytes": [fetched], "error": [error]},
+        schema=pa.schema([("files", pa.int64()), ("bytes", pa.int64()), ("error", pa.binary())]),
+    )
+
+
+def _pickled(exc: Exception) -> bytes:
+    try:
+        return pickle.dumps(exc)
+    except Exception:  # an exception that does not pickle: its type and message still go back
+        return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
+
+
+def _stage_slice(
+    location: str, threads: int, refresh: Refresh | None, tasks: Sequence[StageTask], batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """One Spark task: stage the tasks whose indexes its rows hold. An error is reported, not
+    raised, so that Spark does not retry what stage_files already retried, and so that the driver
+    raises it as it is."""
+    indexes = [i for batch in batches for i in batch.column(0).to_pylist()]
+    if not indexes:
+        return
+    try:
+        report = stage_files(open_area(location), [tasks[i] for i in indexes], threads=threads, refresh=refresh)
+    except Exception as exc:
+        yield _report_batch(0, 0, _pickled(exc))
+        return
+    yield _report_batch(report.files, report.bytes, None)
+
+
+def _mixed(tasks: Sequence[StageTask]) -> list[StageTask]:
+    """Largest, smallest, second largest, ...: Spark deals the indexes out in contiguous ranges,
+    so each range holds large and small files alike."""
+    ordered = sorted(tasks, key=lambda t: -t.action.size)
+    mixed = []
+    while ordered:
+        mixed.append(ordered.pop(0))
+        if ordered:
+            mixed.append(ordered.pop())
+    return mixed
+
+
+@functools.cache
+def _package_zip() -> str:
+    """The deltaport package as a zip the executors' Python can import, named by its content (so
+    that a session never meets two different files of one name), made once per process."""
+    import deltaport
+
+    package = Path(deltaport.__file__).parent
+    files = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    folder = Path(tempfile.gettempdir()) / f"deltaport-ship-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    target = folder / f"deltaport-{digest.hexdigest()[:16]}.zip"
+    if not target.exists():
+        tmp = folder / f"{_TMP}{uuid.uuid4().hex}.zip"
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in files:
+                archive.write(path, f"deltaport/{path.relative_to(package).as_posix()}")
+        os.replace(tmp, target)
+    return str(target)
+
+
+_TMP = ".tmp-"
+_shipped: weakref.WeakSet = weakref.WeakSet()
+
+
+def ship_package(spark: Any) -> None:
+    """Make the driver's deltaport the one the session's Python workers import (once per session):
+    ``addArtifacts(pyfile=True)`` works on classic and Spark Connect sessions alike, and puts the
+    zip before the workers' own packages."""
+    if spark in _shipped:
+        return
+    spark.addArtifacts(_package_zip(), pyfile=True)
+    _shipped.add(spark)
+
+
+def _job_failed(exc: Exception) -> Exception:
+    """A failed fetching job: one line naming the fix when the workers cannot import what the
+    fetch needs; any other failure as Spark raised it."""
+    text = str(exc)
+    missing = re.search(r"(?:ModuleNotFoundError|ImportError): (.*)", text)
+    if missing is None:
+        return exc
+    return StagingError(
+        f"the cluster's Python workers cannot run the fetch ({missing.group(1).strip()}): install "
+        "deltaport's dependencies (pip install 'deltaport[spark]') in the Python the executors run "
+        "(PYSPARK_PYTHON), or fetch on the driver with stagingFetch=driver"
+    )
 
 
 def stage_on_executors(
     spark: Any, location: str, tasks: Sequence[StageTask], *, threads: int, refresh: Refresh | None
 ) -> StageReport:
-    """Stage ``tasks`` as a Spark job: each task (one per core of the cluster, at most one per
-    file) fetches its share of the files into ``location``, which every executor must see."""
+    """Stage ``tasks`` as a Spark job of DataFrame operations only (so it runs on classic and Spark
+    Connect sessions): ``spark.range`` over the tasks' indexes, split by Spark over the cluster's
+    cores, and a ``mapInArrow`` whose tasks each fetch their share into ``location``, which every
+    executor must see. The first error a task met is raised here."""
     started = time.perf_counter()
     if not tasks:
         return StageReport(0, 0, 0.0)
-    context = spark.sparkContext
-    slices = max(1, min(len(tasks), context.defaultParallelism))
-    ordered = sorted(tasks, key=lambda t: -t.action.size)  # largest first, dealt round robin
-    groups = [ordered[i::slices] for i in range(slices)]
-    job = functools.partial(_stage_partition, location, threads, refresh)
-    results = context.parallelize(groups, slices).flatMap(lambda group: job(group)).collect()
-    return StageReport(sum(r[0] for r in results), sum(r[1] for r in results), time.perf_counter() - started)
+    ship_package(spark)
+    mixed = _mixed(tasks)
+    job = functools.partial(_stage_slice, location, threads, refresh, mixed)
+    try:
+        rows = spark.range(len(mixed)).mapInArrow(job, REPORT_SCHEMA).collect()
+    except Exception as exc:
+        raise _job_failed(exc) from None
+    for row in rows:
+        if row["error"] is not None:
+            raise pickle.loads(row["error"])
+    return StageReport(sum(r["files"] for r in rows), sum(r["bytes"] for r in rows), time.perf_counter() - started)

@@ -157,9 +157,20 @@ def _tasks(plan: _Plan, table_folder: str) -> list[StageTask]:
 # --- staging ----------------------------------------------------------------------------------------
 
 
+def _connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (its client runs here, its cluster elsewhere)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def _fetch_mode(spark: Any, staging: StagingOptions, area: CacheArea) -> str:
-    cluster = not str(spark.sparkContext.master).startswith("local")
-    mode = staging.fetch if staging.fetch != "auto" else ("spark" if cluster else "driver")
+    """``driver`` or ``spark``. Asked from the session's configuration, not its JVM, so that it
+    answers alike on classic and Spark Connect sessions; through Connect the cluster fetches
+    unless ``stagingFetch=driver`` says the client may (its staging location is the cluster's)."""
+    cluster = not str(spark.conf.get("spark.master", "local")).startswith("local")
+    if staging.fetch != "auto":
+        mode = staging.fetch
+    else:
+        mode = "spark" if cluster or _connect(spark) else "driver"
     if cluster and isinstance(area, LocalArea) and staging.location is None:
         raise StagingError(
             "a cluster runs this pipeline, so shared files must be staged where every executor sees "
@@ -233,8 +244,16 @@ def _read_schema(plan: _Plan) -> Any:
     return StructType(fields), logical, physical
 
 
-def _logical_columns(plan: _Plan, logical: Any, physical: Any) -> list[Any]:
-    from pyspark.sql import functions as F
+def _functions(spark: Any) -> Any:
+    """The functions of ``spark``'s kind of session (pyspark picks by the environment, and a process
+    may hold a classic session and a Spark Connect one)."""
+    import importlib
+
+    return importlib.import_module("pyspark.sql.connect.functions" if _connect(spark) else "pyspark.sql.functions")
+
+
+def _logical_columns(spark: Any, plan: _Plan, logical: Any, physical: Any) -> list[Any]:
+    F = _functions(spark)
 
     columns, partition = [], 0
     for spec, logical_field, physical_field in zip(plan.table.columns, logical.fields, physical.fields):
@@ -262,7 +281,7 @@ def _dataframe(spark: Any, plan: _Plan, area: CacheArea, tasks: Sequence[StageTa
     if tasks:
         reader = reader.option("basePath", area.uri(table_folder))
     frame = reader.parquet(*[area.uri(t.relpath) for t in tasks])
-    return frame.select(*_logical_columns(plan, logical, physical))
+    return frame.select(*_logical_columns(spark, plan, logical, physical))
 
 
 # --- entry points -----------------------------------------------------------------------------------
@@ -343,13 +362,32 @@ def read_table(spark: Any, url: str, *, where: str | None = None, **options: Any
     return stage(spark, url, where=where, **options).dataframe
 
 
-def _active_session(what: str) -> Any:
+def _active_session(what: str, spark: Any = None) -> Any:
+    """``spark`` if given, else the session of this thread, else the process's default session (the
+    first one the builder made): a thread that did not build the session still finds it."""
+    if spark is not None:
+        return spark
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise RuntimeError(f"No active SparkSession was found. `{what}` requires running in a PySpark application.")
-    return spark
+    for session_class in (SparkSession, _connect_session_class()):
+        if session_class is None:
+            continue
+        try:
+            return session_class.active()
+        except Exception:  # PySparkRuntimeError NO_ACTIVE_OR_DEFAULT_SESSION, or no JVM at all
+            continue
+    raise RuntimeError(
+        f"No active SparkSession was found. `{what}` requires running in a PySpark application "
+        "(or pass the session as spark=)."
+    )
+
+
+def _connect_session_class() -> Any:
+    try:
+        from pyspark.sql.connect.session import SparkSession
+    except ImportError:  # pyspark without the Spark Connect client's packages
+        return None
+    return SparkSession
 
 
 def _profile_options(url: str, profile: Any) -> dict[str, str]:
@@ -376,11 +414,14 @@ def load_as_spark(
     version: int | None = None,
     timestamp: str | None = None,
     delta_sharing_profile: Any = None,
+    *,
+    spark: Any = None,
     **options: Any,
 ) -> Any:
     """The official connector's ``load_as_spark``, read by Spark's own parquet reader
-    (see :func:`read_table` for the staging options)."""
-    spark = _active_session("load_as_spark")
+    (see :func:`read_table` for the staging options). ``spark``: the session; by default the
+    thread's active session, else the process's default one."""
+    spark = _active_session("load_as_spark", spark)
     options = {**_profile_options(url, delta_sharing_profile), **options}
     if version is not None:
         options["versionAsOf"] = version
@@ -396,10 +437,13 @@ def load_table_changes_as_spark(
     starting_timestamp: str | None = None,
     ending_timestamp: str | None = None,
     delta_sharing_profile: Any = None,
+    *,
+    spark: Any = None,
     **options: Any,
 ) -> Any:
-    """The official connector's ``load_table_changes_as_spark``, read by Spark's own parquet reader."""
-    spark = _active_session("load_table_changes_as_spark")
+    """The official connector's ``load_table_changes_as_spark``, read by Spark's own parquet reader
+    (``spark`` as in :func:`load_as_spark`)."""
+    spark = _active_session("load_table_changes_as_spark", spark)
     options = {**_profile_options(url, delta_sharing_profile), **options, "readChangeFeed": "true"}
     for key, value in (
         ("startingVersion", starting_version),
