@@ -7,8 +7,8 @@ optional: ``max_files`` (ask the server for pages of that many files), ``max_wor
 by default a quarter of their lifetime, at most 30 s),
 ``transport`` and ``retry`` (HTTP transport and backoff, for proxies and tests).
 Snapshot readers also take ``async_query`` (send the query with ``asyncquery=true``: a server that
-plans it for long answers a queryId, polled until the result is ready; off by default, as the
-official connector, since it costs a round trip more for quick tables) and ``timeout`` (with
+plans it for long answers a queryId, polled until the result is ready; off by default: polling
+adds up to its backoff to a plan just past the server's threshold) and ``timeout`` (with
 ``async_query``, the most seconds to wait for the plan, then ``QUERY_TIMEOUT``; None: no limit).
 While the server plans, ``progress`` shows "waiting for the server to plan the query (12 s)".
 """

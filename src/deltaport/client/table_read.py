@@ -26,8 +26,8 @@ __all__ = ["ReadOptions", "TableRead", "read_options"]
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """``async_query``: query with ``asyncquery=true`` (off by default: a synchronous query, as
-    the official connector sends); ``timeout``: then the most seconds to wait for the server to
+    """``async_query``: query with ``asyncquery=true`` (off by default: one plain synchronous
+    query); ``timeout``: then the most seconds to wait for the server to
     plan it (None: no limit)."""
 
     max_files: int | None = None
