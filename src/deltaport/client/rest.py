@@ -473,9 +473,12 @@ class RestClient:
             if asynchronous is not None:
                 return asynchronous.page(opts, capabilities, required)
             body = opts.to_body()
-            return self._ndjson(
+            answer = self._ndjson(
                 "POST", path, changes=changes, capabilities=capabilities, body=body, end_stream_required=required
             )
+            if isinstance(answer, Pending):
+                raise _malformed(f"POST {path}", "it answers a queryId to a query not asked to run asynchronously")
+            return answer
 
         def next_options(opts: QueryOptions, token: str) -> QueryOptions:
             return replace(opts, page_token=token, include_refresh_token=False, refresh_token=None)
