@@ -89,3 +89,15 @@ def test_well_formed_listings_still_parse():
     assert empty.list_shares() == ([], None)
     share, _ = _rest(b'{"share": {"name": "s", "id": "x"}}')
     assert share.get_share("s") == Share("s") and share.get_share("s").id == "x"
+
+
+def test_a_query_id_to_a_synchronous_query_is_malformed():
+    status = b'{"queryStatus": {"queryId": "q1", "status": "pending"}}\n'
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=status))
+    with (
+        RestClient(PROFILE, transport=transport, retry=RetryPolicy(max_retries=0)) as rest,
+        pytest.raises(IncompleteResponse) as refused,
+    ):
+        rest.query_table("s.d.t")
+    assert refused.value.error_code == "MALFORMED_RESPONSE"
+    assert "not asked to run asynchronously" in str(refused.value)

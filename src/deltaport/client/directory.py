@@ -232,8 +232,9 @@ class DirectoryRead:
 def directory_only(rest: RestClient, table: Table, asked: str | None, refused: SharingServerError) -> bool:
     """Whether a read by file URLs that the server refused with ``refused`` is to be made by directory
     instead: the table offers only ``dir``. Raises ``refused`` when the table offers URLs (or the
-    refusal is not one a mode explains), and AccessModeError when ``url`` was asked of a dir-only table."""
-    if refused.http_status in (401, 404, 429) or not 400 <= refused.http_status < 500:
+    refusal is not one a mode explains: a timeout is not), and AccessModeError when ``url`` was asked of a
+    dir-only table."""
+    if refused.http_status in (401, 404, 408, 429) or not 400 <= refused.http_status < 500:
         raise refused
     offered = rest.metadata(table).metadata.access_modes
     if URL in offered:

@@ -1,4 +1,5 @@
-"""A progress bar for long reads: rich, on stderr, only when stderr is a terminal (or when forced)."""
+"""Progress for long reads, on stderr, only when stderr is a terminal (or when forced): a rich bar
+for the downloads, and a status line while the server plans an asynchronous query."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["ReadProgress"]
+__all__ = ["PlanningProgress", "ReadProgress"]
 
 #: in automatic mode, show a bar only for reads at least this big
 AUTO_MIN_BYTES = 32 << 20
@@ -68,6 +69,40 @@ class ReadProgress:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+class PlanningProgress:
+    """ "<table>: waiting for the server to plan the query (12 s)" while an asynchronous query is
+    pending (:meth:`update` is the query's ``on_pending``); nothing when the server answers at once.
+    ``enabled``: True (always), False (never) or None (when stderr is a terminal). On a terminal
+    it is one spinner line, gone when the query is ready; elsewhere one plain line per poll."""
+
+    def __init__(self, table: str, *, enabled: bool | None = None) -> None:
+        self.enabled = _stderr_is_terminal() if enabled is None else enabled
+        self.table = table
+        self._status: Any = None
+
+    def __enter__(self) -> PlanningProgress:
+        return self
+
+    def update(self, waited: float) -> None:
+        if not self.enabled:
+            return
+        text = f"{self.table}: waiting for the server to plan the query ({waited:.0f} s)"
+        if self._status is not None:
+            self._status.update(text)
+        elif _stderr_is_terminal():
+            from rich.console import Console
+
+            self._status = Console(stderr=True).status(text)
+            self._status.start()
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
 
 
 def _stderr_is_terminal() -> bool:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import platform
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -21,13 +20,11 @@ import httpx
 import orjson
 
 from deltaport import __version__
+from deltaport.client.async_query import AsyncQuery, Pending, with_idempotency_key
 from deltaport.client.auth import AuthProvider, auth_for_profile
 from deltaport.client.errors import IncompleteResponse, SharingServerError
 from deltaport.client.model import (
-    FileAction,
-    Metadata,
     PageParser,
-    Protocol,
     ResponsePage,
     Schema,
     Share,
@@ -37,11 +34,10 @@ from deltaport.client.model import (
     placement,
 )
 from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_table_name, read_profile
+from deltaport.client.query_types import ChangesOptions, MetadataResult, QueryOptions, QueryResult
 from deltaport.client.retry import RetryPolicy, call_with_retries, unreachable
-from deltaport.client.schema import TableInfo
 from deltaport.protocol.capabilities import DELTA, HEADER, PARQUET, Capabilities
 from deltaport.protocol.lines import VERSION_HEADER
-from deltaport.protocol.requests import QueryRequest
 
 __all__ = [
     "AUTO",
@@ -78,69 +74,6 @@ def response_format_arg(use_delta_format: bool | None) -> str:
 
 
 # --- request options --------------------------------------------------------------------------------
-
-
-#: the query body is the protocol's wire model (it renders with ``to_body()``)
-QueryOptions = QueryRequest
-
-
-@dataclass(frozen=True)
-class ChangesOptions:
-    """Query parameters of ``GET .../changes`` (the change data feed)."""
-
-    starting_version: int | None = None
-    ending_version: int | None = None
-    starting_timestamp: str | None = None
-    ending_timestamp: str | None = None
-    include_historical_metadata: bool | None = None
-    max_files: int | None = None
-    page_token: str | None = None
-
-    def params(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        pairs = (
-            ("startingVersion", self.starting_version),
-            ("endingVersion", self.ending_version),
-            ("startingTimestamp", self.starting_timestamp),
-            ("endingTimestamp", self.ending_timestamp),
-            ("maxFiles", self.max_files),
-            ("pageToken", self.page_token),
-        )
-        for key, value in pairs:
-            if value is not None:
-                out[key] = str(value)
-        if self.include_historical_metadata is not None:
-            out["includeHistoricalMetadata"] = "true" if self.include_historical_metadata else "false"
-        return out
-
-
-@dataclass(frozen=True)
-class MetadataResult:
-    protocol: Protocol
-    metadata: Metadata
-    format: str
-    table_version: int | None
-
-    def table_info(self) -> TableInfo:
-        return TableInfo.from_metadata(self.metadata, self.protocol, format=self.format, version=self.table_version)
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    """Every page of a query or changes response, merged."""
-
-    protocol: Protocol
-    metadata: Metadata
-    format: str
-    files: tuple[FileAction, ...]
-    table_version: int | None
-    refresh_token: str | None = None
-    pages: int = 1
-    metadata_changes: tuple[Metadata, ...] = field(default=())
-    min_url_expiration_timestamp: int | None = None
-
-    def table_info(self) -> TableInfo:
-        return TableInfo.from_metadata(self.metadata, self.protocol, format=self.format, version=self.table_version)
 
 
 # --- shapes of JSON answers --------------------------------------------------------------------------
@@ -195,16 +128,6 @@ def _table(table: Table | str | Any) -> Table:
 
 def _q(name: str) -> str:
     return quote(name, safe="")
-
-
-@dataclass(frozen=True)
-class Pending:
-    """An asynchronous query's ``queryStatus`` line: pending, or failed with the server's error."""
-
-    query_id: str
-    status: str
-    error_code: str = ""
-    message: str = ""
 
 
 def _status(body: Mapping[str, Any], what: str) -> Pending:
@@ -533,84 +456,39 @@ class RestClient:
     ) -> QueryResult:
         """``POST .../query``; with ``follow_pages`` every page (``options.max_files`` per page) is fetched.
 
-        ``async_query``: send ``asyncquery=true`` (with an ``idempotencyKey``, made up when the
-        options have none). A server that answers a ``queryId`` is polled (``…/queries/{id}``,
-        backing off from 0.1 to 5 s) until the result is ready, for at most ``timeout`` seconds
-        (None: no limit), ``on_pending`` called with the seconds waited before each poll; later
-        pages come from the same endpoint. A server that does not know the capability answers
-        at once, as the protocol allows. Off by default; change queries are never asynchronous."""
+        ``async_query``: send ``asyncquery=true`` and poll the server's ``queryId`` for at most
+        ``timeout`` seconds (None: no limit), ``on_pending`` called with the seconds waited before
+        each poll (see :mod:`deltaport.client.async_query`). Off by default; change queries are
+        never asynchronous."""
         path = self._table_path(table) + "/query"
         changes = options.starting_version is not None
-        asynchronous = async_query and not changes
-        if asynchronous and options.idempotency_key is None:  # one key per logical query, kept across retries
-            options = replace(options, idempotency_key=uuid.uuid4().hex)
-        polled: dict[str, str] = {}
+        asynchronous: AsyncQuery | None = None
+        if async_query and not changes:
+            options = with_idempotency_key(options)
+            asynchronous = AsyncQuery(self._post_page, self._table_path(table), timeout=timeout, on_pending=on_pending)
 
         def page(opts: QueryOptions) -> ResponsePage:
             required = opts.max_files is not None or opts.include_refresh_token
             capabilities = capabilities_header(response_format)
-            if "id" in polled:  # a later page of an asynchronous query: from Get Query Info
-                body = orjson.dumps(
-                    {k: v for k, v in (("maxFiles", opts.max_files), ("pageToken", opts.page_token)) if v}
-                )
-                return self._ndjson(
-                    "POST", polled["id"], changes=False, capabilities=capabilities, body=body, end_stream_required=True
-                )
-            if asynchronous:
-                capabilities += ";asyncquery=true"
-            first = self._ndjson(
-                "POST",
-                path,
-                changes=changes,
-                capabilities=capabilities,
-                body=opts.to_body(),
-                end_stream_required=required,
+            if asynchronous is not None:
+                return asynchronous.page(opts, capabilities, required)
+            body = opts.to_body()
+            answer = self._ndjson(
+                "POST", path, changes=changes, capabilities=capabilities, body=body, end_stream_required=required
             )
-            if isinstance(first, Pending):
-                polled["id"] = self._table_path(table) + "/queries/" + _q(first.query_id)
-                return self._await_query(first, polled["id"], opts, capabilities, required, timeout, on_pending)
-            return first
+            if isinstance(answer, Pending):
+                raise _malformed(f"POST {path}", "it answers a queryId to a query not asked to run asynchronously")
+            return answer
 
         def next_options(opts: QueryOptions, token: str) -> QueryOptions:
             return replace(opts, page_token=token, include_refresh_token=False, refresh_token=None)
 
         return self._all_pages(page, options, next_options, follow_pages, changes, f"POST {path}")
 
-    def _await_query(
-        self,
-        pending: Pending,
-        path: str,
-        opts: QueryOptions,
-        capabilities: str,
-        required: bool,
-        timeout: float | None,
-        on_pending: Callable[[float], None] | None,
-    ) -> ResponsePage:
-        """Poll an asynchronous query until it has its first page (or failed, or ``timeout`` passed)."""
-        started, delay = time.monotonic(), 0.1
-        body = orjson.dumps({"maxFiles": opts.max_files} if opts.max_files else {})
-        answer: Any = pending
-        while isinstance(answer, Pending):
-            if answer.status == "failed":
-                raise SharingServerError(200, answer.error_code, answer.message, request=f"POST {path}")
-            waited = time.monotonic() - started
-            if timeout is not None and waited >= timeout:
-                raise SharingServerError(
-                    408,
-                    "QUERY_TIMEOUT",
-                    f"the asynchronous query was still pending after {timeout:g} s",
-                    request=f"POST {path}",
-                    hint="raise the timeout, or query again later (a retry with the same idempotencyKey "
-                    "finds the same query)",
-                )
-            if on_pending is not None:
-                on_pending(waited)
-            time.sleep(delay if timeout is None else max(0.0, min(delay, timeout - waited)))
-            delay = min(delay * 2, 5.0)
-            answer = self._ndjson(
-                "POST", path, changes=False, capabilities=capabilities, body=body, end_stream_required=required
-            )
-        return answer
+    def _post_page(self, path: str, capabilities: str, body: bytes, required: bool) -> ResponsePage | Pending:
+        return self._ndjson(
+            "POST", path, changes=False, capabilities=capabilities, body=body, end_stream_required=required
+        )
 
     def query_changes(
         self,

@@ -6,12 +6,16 @@ optional: ``max_files`` (ask the server for pages of that many files), ``max_wor
 ``refresh_margin_seconds`` (refresh URLs that expire within that many seconds before using them;
 by default a quarter of their lifetime, at most 30 s),
 ``transport`` and ``retry`` (HTTP transport and backoff, for proxies and tests).
+Snapshot readers also take ``async_query`` (send the query with ``asyncquery=true``: a server that
+plans it for long answers a queryId, polled until the result is ready; off by default: polling
+adds up to its backoff to a plan just past the server's threshold) and ``timeout`` (with
+``async_query``, the most seconds to wait for the plan, then ``QUERY_TIMEOUT``; None: no limit).
+While the server plans, ``progress`` shows "waiting for the server to plan the query (12 s)".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,22 +23,19 @@ import pyarrow as pa
 
 from deltaport.client.directory import DIR, MODES, URL, DirectoryRead, choose_mode, directory_only
 from deltaport.client.errors import AccessModeError, SharingServerError
-from deltaport.client.fetch import FileFetcher, default_workers
-from deltaport.client.model import FileAction, Metadata, Protocol, Schema, Share, Table
+from deltaport.client.model import Metadata, Protocol, Schema, Share, Table
 from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_url, read_profile
-from deltaport.client.progress import ReadProgress
 from deltaport.client.rest import (
     AUTO,
     PARQUET,
     ChangesOptions,
     QueryOptions,
-    QueryResult,
     RestClient,
     response_format_arg,
 )
 from deltaport.client.retry import RetryPolicy
 from deltaport.client.schema import TableInfo
-from deltaport.client.transport import file_http_client
+from deltaport.client.table_read import ReadOptions, TableRead, read_options
 
 __all__ = [
     "ReadOptions",
@@ -52,16 +53,6 @@ __all__ = [
     "load_table_changes_as_polars",
     "load_table_changes_as_spark",
 ]
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    max_files: int | None = None
-    max_workers: int | None = None
-    progress: bool | None = None
-    refresh_margin_seconds: float | None = None
-    transport: httpx.BaseTransport | None = None
-    retry: RetryPolicy | None = None
 
 
 # --- listing --------------------------------------------------------------------------------------------
@@ -114,89 +105,6 @@ class SharingClient:
 # --- reading -------------------------------------------------------------------------------------------
 
 
-class _Read:
-    """One read of one table: a REST client, a client for presigned URLs, and the plan."""
-
-    def __init__(self, url: str, opts: ReadOptions) -> None:
-        profile, share, schema, name = parse_url(url)
-        self.opts = opts
-        self.table = Table(name, share, schema)
-        self.rest = RestClient(profile, transport=opts.transport, retry=opts.retry)
-        workers = opts.max_workers or default_workers()
-        self.http = file_http_client(transport=opts.transport, max_connections=2 * workers)
-
-    def close(self) -> None:
-        self.http.close()
-        self.rest.close()
-
-    def snapshot(self, query: QueryOptions, response_format: str) -> tuple[TableInfo, QueryResult, Any]:
-        latest = not query.specific_version
-        query = replace(query, max_files=self.opts.max_files, include_refresh_token=latest)
-        result = self.rest.query_table(self.table, query, response_format=response_format)
-        state = {"token": result.refresh_token}
-
-        def refresher() -> Sequence[FileAction]:
-            again = query
-            if state["token"]:
-                again = replace(query, refresh_token=state["token"])
-            fresh = self.rest.query_table(self.table, again, response_format=result.format)
-            state["token"] = fresh.refresh_token or state["token"]
-            return fresh.files
-
-        return result.table_info(), result, refresher
-
-    def changes(self, options: ChangesOptions, response_format: str) -> tuple[TableInfo, QueryResult, Any]:
-        options = replace(options, max_files=self.opts.max_files)
-        result = self.rest.query_changes(self.table, options, response_format=response_format)
-
-        def refresher() -> Sequence[FileAction]:
-            return self.rest.query_changes(self.table, options, response_format=result.format).files
-
-        return result.table_info(), result, refresher
-
-    def tables(
-        self,
-        info: TableInfo,
-        files: Sequence[FileAction],
-        refresher: Any,
-        *,
-        change: bool,
-        limit: int | None = None,
-        columns: list[str] | None = None,
-    ) -> Iterator[pa.Table]:
-        progress = ReadProgress(
-            total_bytes=sum(f.size for f in files),
-            total_files=len(files),
-            description=f"reading {self.table.full_name}",
-            enabled=self.opts.progress,
-        )
-        fetcher = FileFetcher(
-            info,
-            http=self.http,
-            change=change,
-            columns=columns,
-            refresher=refresher,
-            max_workers=self.opts.max_workers,
-            progress=progress,
-            refresh_margin_seconds=self.opts.refresh_margin_seconds,
-        )
-        with progress:
-            yield from fetcher.tables(files, limit=limit)
-
-
-def _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry) -> ReadOptions:
-    if max_files is not None and (not isinstance(max_files, int) or max_files <= 0):
-        raise ValueError(f"max_files must be a positive int, not {max_files!r}")
-    return ReadOptions(
-        max_files,
-        max_workers,
-        progress,
-        None if refresh_margin_seconds is None else float(refresh_margin_seconds),
-        transport,
-        retry,
-    )
-
-
 def _check_limit(limit: int | None) -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"'limit' must be a non-negative int, not {limit!r}")
@@ -225,7 +133,7 @@ def _snapshot_tables(
 ) -> tuple[TableInfo, list[pa.Table]]:
     _check_limit(limit)
     choose_mode(access_mode, MODES, "")  # a bad value fails before any request
-    read = _Read(url, opts)
+    read = TableRead(url, opts)
 
     def by_urls() -> tuple[TableInfo, list[pa.Table]]:
         query = QueryOptions(
@@ -246,7 +154,7 @@ def _snapshot_tables(
         read.close()
 
 
-def _by_directory(read: _Read, version, timestamp, limit, access_mode, by_urls) -> tuple[TableInfo, list[pa.Table]]:
+def _by_directory(read: TableRead, version, timestamp, limit, access_mode, by_urls) -> tuple[TableInfo, list[pa.Table]]:
     """Read with delta-rs at the table's location (directory.py); by URLs instead when the table also
     offers them and delta-rs cannot read it (auxiliary locations, credentials it cannot use)."""
     meta = read.rest.metadata(read.table, version=version, timestamp=timestamp)
@@ -281,6 +189,8 @@ def load_as_arrow(
     transport: httpx.BaseTransport | None = None,
     retry: RetryPolicy | None = None,
     access_mode: str | None = None,
+    async_query: bool = False,
+    timeout: float | None = None,
 ) -> pa.Table:
     """The shared table (or ``limit`` rows of it, at ``version``/``timestamp``) as a ``pyarrow.Table``.
 
@@ -290,8 +200,11 @@ def load_as_arrow(
     reads the table's directory with delta-rs (the ``dir`` extra) and temporary credentials, renewed
     before they expire (``refresh_margin_seconds``); ``"url"`` by file URLs. ``jsonPredicateHints``
     are hints: a directory read returns every row, as a server that ignores them would.
+    ``async_query`` and ``timeout``: see the module's documentation (a directory read plans nothing).
     """
-    opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
+    opts = read_options(
+        max_files, max_workers, progress, refresh_margin_seconds, transport, retry, async_query, timeout
+    )
     info, tables = _snapshot_tables(
         url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts, access_mode=access_mode
     )
@@ -314,13 +227,17 @@ def load_as_pandas(
     transport: httpx.BaseTransport | None = None,
     retry: RetryPolicy | None = None,
     access_mode: str | None = None,
+    async_query: bool = False,
+    timeout: float | None = None,
 ):
     """The shared table as a pandas DataFrame (dates as ``datetime.date``, timestamps in UTC).
 
     ``convert_in_batches`` converts file by file, lowering peak memory. ``access_mode`` as in
     :func:`load_as_arrow`.
     """
-    opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
+    opts = read_options(
+        max_files, max_workers, progress, refresh_margin_seconds, transport, retry, async_query, timeout
+    )
     info, tables = _snapshot_tables(
         url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts, access_mode=access_mode
     )
@@ -359,12 +276,16 @@ def load_as_arrow_reader(
     refresh_margin_seconds: float | None = None,
     transport: httpx.BaseTransport | None = None,
     retry: RetryPolicy | None = None,
+    async_query: bool = False,
+    timeout: float | None = None,
 ) -> pa.RecordBatchReader:
     """A streaming ``pyarrow.RecordBatchReader``: files are fetched as batches are consumed, at most
     a few per download thread ahead, so memory stays bounded whatever the table size."""
     _check_limit(limit)
-    opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
-    read = _Read(url, opts)
+    opts = read_options(
+        max_files, max_workers, progress, refresh_margin_seconds, transport, retry, async_query, timeout
+    )
+    read = TableRead(url, opts)
     try:
         query = QueryOptions(
             json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version, timestamp=timestamp
@@ -392,7 +313,7 @@ def load_as_arrow_reader(
 def _changes_tables(
     url, starting_version, ending_version, starting_timestamp, ending_timestamp, use_delta_format, opts
 ) -> tuple[TableInfo, list[pa.Table]]:
-    read = _Read(url, opts)
+    read = TableRead(url, opts)
     try:
         options = ChangesOptions(
             starting_version=starting_version,
@@ -423,7 +344,7 @@ def load_table_changes_as_arrow(
 ) -> pa.Table:
     """The change data feed between two versions or timestamps (inclusive): the table's columns plus
     ``_change_type``, ``_commit_version`` (int64) and ``_commit_timestamp`` (int64, ms)."""
-    opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
+    opts = read_options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
     info, tables = _changes_tables(
         url, starting_version, ending_version, starting_timestamp, ending_timestamp, use_delta_format, opts
     )
@@ -447,7 +368,7 @@ def load_table_changes_as_pandas(
     retry: RetryPolicy | None = None,
 ):
     """The change data feed as a pandas DataFrame (see :func:`load_table_changes_as_arrow`)."""
-    opts = _options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
+    opts = read_options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
     info, tables = _changes_tables(
         url, starting_version, ending_version, starting_timestamp, ending_timestamp, use_delta_format, opts
     )
