@@ -84,6 +84,7 @@ def fuzz_config() -> dict:
             {"name": "bob", "tokens": [OTHER_TOKEN], "shares": ["other"]},
         ],
         "preSignedUrlTimeoutSeconds": 900,
+        "asyncQueryThresholdMs": 0,  # every asyncquery=true query answers a queryId the fuzzer can poll
     }
 
 
@@ -353,6 +354,16 @@ class Fuzzer:
         for key, value in (("share", share), ("schema", schema), ("table", table)):
             if key in case.path_parameters:
                 case.path_parameters[key] = spell(value)
+        if "query_id" in case.path_parameters:
+            case.path_parameters["query_id"] = self._query_id(share, schema, table, case.headers)
+
+    def _query_id(self, share: str, schema: str, table: str, headers) -> str:
+        """A real queryId of this table, asked for as the request's recipient ("x" when it has none)."""
+        url = f"{self.base_url}{PREFIX}/shares/{share}/schemas/{schema}/tables/{table}/query"
+        asked = {**dict(headers), "delta-sharing-capabilities": "asyncquery=true"}
+        answer = self.session.post(url, json={}, headers=asked, timeout=60)
+        line = answer.content.split(b"\n", 1)[0] if answer.status_code == 200 else b"{}"
+        return orjson.loads(line).get("queryStatus", {}).get("queryId") or "x"
 
     def _file_url(self, case, how: str, pick: int) -> str:
         issued = self.files.urls[pick % len(self.files.urls)]

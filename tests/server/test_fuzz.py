@@ -45,6 +45,7 @@ ROUTES = {
     f"POST {T}/query",
     f"GET {T}/changes",
     f"POST {T}/temporary-table-credentials",
+    f"POST {T}/queries/{{query_id}}",
     f"GET {P}/files/{{key}}/{{path}}",
     f"HEAD {P}/files/{{key}}/{{path}}",
 }

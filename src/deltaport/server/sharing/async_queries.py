@@ -203,6 +203,8 @@ class AsyncQueries:
             if found is not None:
                 return self._resubmitted(found, digest, bound)
         future = self._pool.submit(self._plan, who, shared, stored)
+        if self.threshold_ms == 0:  # every such query is answered with a queryId, however fast it plans
+            return self._pending(who, shared, stored, future, bound, digest, key)
         try:
             version = future.result(timeout=self.threshold_ms / 1000)
         except FutureTimeout:

@@ -140,7 +140,8 @@ class ServerConfig:
         "asyncQueryThresholdMs",
         1000,
         Whole(0),
-        "how long a query sent with asyncquery=true may plan before it is answered with a queryId to poll",
+        "how long a query sent with asyncquery=true may plan before it is answered with a queryId to poll "
+        "(0: always answered with one)",
     )
     async_query_ttl_seconds: int = setting(
         "asyncQueryTtlSeconds", 3600, Whole(1), "how long an asynchronous query's queryId can be polled"
