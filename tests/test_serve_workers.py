@@ -1,0 +1,104 @@
+"""`deltaport serve --workers 2`: two server processes on one port, sharing the token secret, the
+metrics and the audit log; a worker that dies is replaced; SIGTERM stops them all."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import orjson
+import psutil
+import pytest
+from servers import ServeProcess
+
+TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
+AUTH = {"Authorization": "Bearer t"}
+QUERY = "/delta-sharing/shares/s/schemas/d/tables/t/query"
+
+
+@pytest.fixture
+def server(tmp_path):
+    config = {
+        "version": 1,
+        "recipients": [{"name": "a", "tokens": ["t"], "shares": ["s"]}],
+        "metricsToken": "scraper",
+        "auditLog": str(tmp_path / "audit.jsonl"),
+        "shares": [
+            {
+                "name": "s",
+                "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(TABLES / "basic_partitioned")}]}],
+            }
+        ],
+    }
+    serving = ServeProcess(config, tmp_path, "--workers", "2")
+    deadline = time.time() + 30
+    while serving.log.read_text().count("Application startup complete") < 2:
+        assert time.time() < deadline, "two workers did not start"
+        time.sleep(0.2)
+    yield serving
+    serving.stop()
+
+
+def _workers(server: ServeProcess) -> list[int]:
+    return [child.pid for child in psutil.Process(server.proc.pid).children()]
+
+
+def _pids_in_access_log(server: ServeProcess) -> set[str]:
+    return set(re.findall(r"INFO \[(\d+)\] deltaport\.access", server.log.read_text()))
+
+
+def _each_on_a_new_connection(calls: int, call) -> list[httpx.Response]:
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda _: call(), range(calls)))
+
+
+def test_two_workers_answer_on_one_port_and_metrics_and_audit_add_up(server, tmp_path):
+    answers = _each_on_a_new_connection(40, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH))
+    assert [r.status_code for r in answers] == [200] * 40
+    time.sleep(0.5)  # the access log line follows the response
+    assert _pids_in_access_log(server) == {str(pid) for pid in _workers(server)}
+    scraped = httpx.get(f"{server.url}/metrics", headers={"Authorization": "Bearer scraper"})
+    counted = re.search(r'deltaport_requests_total\{method="GET",route="/shares",status="200"\} (\S+)', scraped.text)
+    assert counted is not None and float(counted.group(1)) == 40  # both workers' requests
+    workers = _workers(server)
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(30) == 0
+    assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    events = [orjson.loads(line) for line in (tmp_path / "audit.jsonl").read_bytes().splitlines()]
+    assert [e["action"] for e in events].count("listShares") == 40
+
+
+def test_a_page_token_and_a_file_url_of_one_worker_work_on_the_other(server):
+    first = httpx.post(f"{server.url}{QUERY}", headers=AUTH, json={"maxFiles": 1})
+    assert first.status_code == 200
+    lines = [orjson.loads(line) for line in first.text.splitlines()]
+    token = next(line["endStreamAction"]["nextPageToken"] for line in lines if "endStreamAction" in line)
+    url = next(line["file"]["url"] for line in lines if "file" in line)
+    pages = _each_on_a_new_connection(
+        12, lambda: httpx.post(f"{server.url}{QUERY}", headers=AUTH, json={"maxFiles": 1, "pageToken": token})
+    )
+    assert [r.status_code for r in pages] == [200] * 12, [r.text for r in pages if r.status_code != 200][:1]
+    files = _each_on_a_new_connection(12, lambda: httpx.get(url))
+    assert [r.status_code for r in files] == [200] * 12
+    time.sleep(0.5)
+    assert len(_pids_in_access_log(server)) == 2  # both workers answered some
+
+
+def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(server):
+    killed, kept = _workers(server)
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.time() + 30
+    while True:
+        assert httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH).status_code == 200
+        now = _workers(server)
+        if len(now) == 2 and killed not in now:
+            break
+        assert time.time() < deadline, f"no worker replaced {killed}: {now}"
+        time.sleep(0.2)
+    assert kept in now
+    assert f"worker {killed} stopped (exit code -9): starting another" in server.log.read_text()
