@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,10 +16,12 @@ import httpx
 import orjson
 import psutil
 import pytest
+import yaml
 from servers import ServeProcess
 
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
 AUTH = {"Authorization": "Bearer t"}
+DELTAPORT = str(Path(sys.executable).parent / "deltaport")
 QUERY = "/delta-sharing/shares/s/schemas/d/tables/t/query"
 
 
@@ -27,6 +31,7 @@ def server(tmp_path):
         "version": 1,
         "recipients": [{"name": "a", "tokens": ["t"], "shares": ["s"]}],
         "metricsToken": "scraper",
+        "catalogPollSeconds": 3600,  # an edit of the config is seen on SIGHUP only
         "auditLog": str(tmp_path / "audit.jsonl"),
         "shares": [
             {
@@ -102,3 +107,62 @@ def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(server):
         time.sleep(0.2)
     assert kept in now
     assert f"worker {killed} stopped (exit code -9): starting another" in server.log.read_text()
+
+
+def test_sighup_reloads_the_config_in_every_worker(server, tmp_path):
+    path = tmp_path / "serve.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["shares"].append({**config["shares"][0], "name": "s2"})
+    config["recipients"][0]["shares"].append("s2")
+    path.write_text(yaml.safe_dump(config))
+    server.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 20
+    while True:
+        answers = _each_on_a_new_connection(
+            12, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH).json()["items"]
+        )
+        if all(items == [{"name": "s"}, {"name": "s2"}] for items in answers):
+            break
+        assert time.time() < deadline, f"not every worker reloaded: {answers}"
+        time.sleep(0.5)
+    time.sleep(0.5)
+    assert len(_pids_in_access_log(server)) == 2
+    assert server.proc.poll() is None and len(_workers(server)) == 2  # SIGHUP stopped no worker
+
+
+def test_workers_that_cannot_start_stop_serve_with_their_error(tmp_path):
+    from servers import free_port
+
+    path = tmp_path / "serve.yaml"
+    unreachable = "postgresql://deltaport@127.0.0.1:1/catalog"  # nothing listens on port 1
+    path.write_text(yaml.safe_dump({"version": 1, "catalog": unreachable, "host": "127.0.0.1", "port": free_port()}))
+    out = subprocess.run(
+        [DELTAPORT, "serve", "--config", str(path), "--workers", "2"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2, out.stderr
+    assert "error: " in out.stderr and "before serving: stopping" in out.stderr
+
+
+def test_the_admin_listener_is_served_by_the_workers_too(tmp_path):
+    from servers import free_port
+
+    admin_port = free_port()
+    share = {
+        "name": "s",
+        "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(TABLES / "basic_partitioned")}]}],
+    }
+    config = {
+        "version": 1,
+        "shares": [share],
+        "adminPort": admin_port,
+        "adminTokens": ["adm"],
+        "adminHost": "127.0.0.1",
+    }
+    serving = ServeProcess(config, tmp_path, "--workers", "2")
+    try:
+        url = f"http://127.0.0.1:{admin_port}/api/2.1/unity-catalog/shares"
+        answers = _each_on_a_new_connection(8, lambda: httpx.get(url, headers={"Authorization": "Bearer adm"}))
+        assert [r.status_code for r in answers] == [200] * 8
+        assert httpx.get(f"{serving.url}/api/2.1/unity-catalog/shares").status_code == 404
+    finally:
+        serving.stop()

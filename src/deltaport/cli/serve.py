@@ -72,7 +72,8 @@ def serve(
     if workers > 1:
         from deltaport.cli.workers import supervise
 
-        bound = _bind(cfg, host, listen_port)
+        # the admin API is served by a catalog's app, or a config file's with admin tokens (sources/serving.py)
+        bound = _bind(cfg, host, listen_port, admin=cfg.catalog_url is not None or bool(cfg.admin_token_hashes))
         code = supervise(config, cfg, host, listen_port, workers, keying_processes, metrics_token, bound)
         raise typer.Exit(code)
     use_server_pool()
@@ -118,10 +119,10 @@ def socket_of(fd: int):
     return socket.socket(fileno=fd)
 
 
-def _bind(cfg, host: str, port: int) -> list:
-    """The listeners' sockets: the protocol's, and the admin API's if the config has ``adminPort``."""
+def _bind(cfg, host: str, port: int, *, admin: bool) -> list:
+    """The listeners' sockets: the protocol's, and with ``admin`` the admin API's at ``adminPort``."""
     bound = [_listen(host, port, "--port (or 'port' in the config)")]
-    if cfg.admin_port is not None:
+    if admin and cfg.admin_port is not None:
         bound.append(_listen(cfg.admin_host or "127.0.0.1", cfg.admin_port, "'adminPort' in the config"))
     return bound
 
@@ -183,7 +184,7 @@ def _run(application, host: str, port: int, cfg, *, bound=None, announce=True, o
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
     # proxy_headers off: X-Forwarded-For is trusted only from the configured proxies (server/ops/access.py)
     settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl}
-    bound = bound or _bind(cfg, host, port)
+    bound = bound or _bind(cfg, host, port, admin=admin_app is not None)
     listeners = [(application, bound[0])]
     if admin_app is not None:
         listeners.append((admin_app, bound[1]))

@@ -223,9 +223,14 @@ def main() -> None:
 
         os.environ[TOKEN_SECRET_ENV] = spec["secret"]  # read with the config, at start and each reload
     threading.Thread(target=_watch_supervisor, args=(fd,), daemon=True, name="supervisor-watch").start()
+    import typer
+
     from deltaport.cli.serve import serve_worker
 
-    serve_worker(spec)
+    try:
+        serve_worker(spec)
+    except typer.Exit as exc:  # a one-line error already said why (outside typer's main, say it with the code)
+        raise SystemExit(exc.exit_code) from None
 
 
 if __name__ == "__main__":
