@@ -43,9 +43,8 @@ def serve(
         "--workers",
         min=1,
         max=64,
-        help="Server processes that serve the listeners together, each replaced if it dies (instead of the "
-        "config's 'workers'; default 1: the server is one process). They share the config's tokenSecret, or "
-        "one drawn for the run, so any of them honours what another issued.",
+        help="Server processes serving the listeners together, each replaced if it dies, all sharing one "
+        "tokenSecret (instead of the config's 'workers'; default 1: the server is one process).",
     ),
     metrics_token: Optional[str] = typer.Option(
         None,
@@ -57,8 +56,6 @@ def serve(
     ),
 ) -> None:
     """Serve the shares of a config file, or of its catalog database, over the Delta Sharing protocol."""
-    from deltaport.errors import DeltaportError
-    from deltaport.server import create_app
     from deltaport.server.fast.memory import use_server_pool
 
     cfg = _load(config, metrics_token)
@@ -72,38 +69,25 @@ def serve(
     if workers > 1:
         from deltaport.cli.workers import supervise
 
-        # the admin API is served by a catalog's app, or a config file's with admin tokens (sources/serving.py)
-        bound = _bind(cfg, host, listen_port, admin=cfg.catalog_url is not None or bool(cfg.admin_token_hashes))
-        code = supervise(config, cfg, host, listen_port, workers, keying_processes, metrics_token, bound)
-        raise typer.Exit(code)
+        bound = _bind(cfg, host, listen_port, admin=_serves_admin(cfg))
+        raise typer.Exit(supervise(config, cfg, host, listen_port, workers, keying_processes, metrics_token, bound))
     use_server_pool()
-    try:
-        application = create_app(
-            cfg, keying_processes=keying_processes, metrics_token=metrics_token, listener=(host, listen_port)
-        )
-    except DeltaportError as exc:  # the catalog database cannot be opened, say
-        fail(exc)
-    _run(application, host, listen_port, cfg)
+    _run(_app(cfg, keying_processes, metrics_token, (host, listen_port)), host, listen_port, cfg)
 
 
 def serve_worker(spec: dict[str, Any]) -> None:
     """One worker of ``deltaport serve --workers`` (cli/workers.py): the server on the sockets the
     supervisor bound; says it serves by writing to ``spec['ready']``."""
-    from deltaport.errors import DeltaportError
-    from deltaport.server import create_app
+    import socket
+
     from deltaport.server.fast.memory import use_server_pool
 
     _log_to_stderr(pids=True)
     cfg = _load(spec["config"], spec["metrics_token"])
     use_server_pool()
     host, port = spec["host"], spec["port"]
-    try:
-        application = create_app(
-            cfg, keying_processes=spec["keying"], metrics_token=spec["metrics_token"], listener=(host, port)
-        )
-    except DeltaportError as exc:
-        fail(exc)
-    bound = [socket_of(fd) for fd in spec["fds"]]
+    application = _app(cfg, spec["keying"], spec["metrics_token"], (host, port))
+    bound = [socket.socket(fileno=fd) for fd in spec["fds"]]
     ready = spec["ready"]
 
     def served() -> None:
@@ -113,10 +97,21 @@ def serve_worker(spec: dict[str, Any]) -> None:
     _run(application, host, port, cfg, bound=bound, announce=spec["announce"], on_started=served)
 
 
-def socket_of(fd: int):
-    import socket
+def _app(cfg, keying_processes: int, metrics_token: str | None, listener: tuple[str, int]):
+    """The server's app, or a one-line error (the catalog database cannot be opened, say)."""
+    from deltaport.errors import DeltaportError
+    from deltaport.server import create_app
 
-    return socket.socket(fileno=fd)
+    try:
+        return create_app(cfg, keying_processes=keying_processes, metrics_token=metrics_token, listener=listener)
+    except DeltaportError as exc:
+        fail(exc)
+
+
+def _serves_admin(cfg) -> bool:
+    """The app will serve the admin API: a catalog's does, a config file's with admin tokens does
+    (sources/serving.py)."""
+    return cfg.catalog_url is not None or bool(cfg.admin_token_hashes)
 
 
 def _bind(cfg, host: str, port: int, *, admin: bool) -> list:
