@@ -1,4 +1,4 @@
-"""`deltaport serve --workers 2`: two server processes on one port, sharing the token secret, the
+"""`deltaport serve --workers 2`: two server processes on one port, sharing the token secret, the catalog,
 metrics and the audit log; a worker that dies is replaced; SIGTERM stops them all."""
 
 from __future__ import annotations
@@ -164,5 +164,57 @@ def test_the_admin_listener_is_served_by_the_workers_too(tmp_path):
         answers = _each_on_a_new_connection(8, lambda: httpx.get(url, headers={"Authorization": "Bearer adm"}))
         assert [r.status_code for r in answers] == [200] * 8
         assert httpx.get(f"{serving.url}/api/2.1/unity-catalog/shares").status_code == 404
+    finally:
+        serving.stop()
+
+
+def test_a_catalog_written_through_one_worker_is_served_by_every_worker(tmp_path):
+    """SQLite catalog, admin writes (and the activation) through whichever worker answers: every
+    worker's own poller sees a grant and a revocation."""
+    from typer.testing import CliRunner
+
+    from deltaport.cli.admin import admin_app
+
+    admin = "workers-admin-token"
+    config = {"version": 1, "catalog": str(tmp_path / "catalog.db"), "adminTokens": [admin], "catalogPollSeconds": 0.2}
+    serving = ServeProcess(config, tmp_path, "--workers", "2")
+    env = {"DELTAPORT_HOST": serving.url, "DELTAPORT_ADMIN_TOKEN": admin}
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(admin_app, list(args), env=env)
+        assert result.exit_code == 0, (args, result.output)
+        return result.stdout
+
+    def shares_seen() -> list:
+        answers = _each_on_a_new_connection(
+            12, lambda: httpx.get(f"{serving.url}/delta-sharing/shares", headers={"Authorization": f"Bearer {bearer}"})
+        )
+        return [[s["name"] for s in r.json()["items"]] if r.status_code == 200 else r.status_code for r in answers]
+
+    try:
+        run("catalogs", "create", "main", "--storage-root", str(TABLES))
+        run("schemas", "create", "main.sales")
+        run("tables", "create", "main.sales.orders", "--location", str(TABLES / "basic_partitioned"))
+        run("shares", "create", "partners")
+        run("shares", "add-table", "partners", "main.sales.orders", "--as", "retail.orders")
+        made = run("recipients", "create", "acme")
+        link = next(line for line in made.splitlines() if line.startswith("activation link")).rsplit(" ", 1)[1]
+        profile = httpx.get(
+            f"{serving.url}/api/2.1/unity-catalog/public/data_sharing_activation/{link.rsplit('/', 1)[1]}"
+        )
+        assert profile.status_code == 200, profile.text
+        bearer = profile.json()["bearerToken"]
+        run("shares", "grant", "partners", "acme")
+        deadline = time.time() + 20
+        while shares_seen() != [["partners"]] * 12:
+            assert time.time() < deadline, shares_seen()
+            time.sleep(0.3)
+        run("shares", "revoke", "partners", "acme")
+        deadline = time.time() + 20
+        while shares_seen() != [[]] * 12:
+            assert time.time() < deadline, shares_seen()
+            time.sleep(0.3)
+        time.sleep(0.5)
+        assert len(_pids_in_access_log(serving)) == 2
     finally:
         serving.stop()
