@@ -95,7 +95,10 @@ DIRECTORY = "Directory access: recipients read a table's folder themselves"
 PIP = ("deltaport", "pip install deltaport")
 BOOTSTRAP = ("deltaport", "bash scripts/demo.sh")
 BENCHMARKS = ("Benchmarks", ".venv/bin/python benchmarks/log_replay.py")
-SERVE = (SERVING, "deltaport serve --config server.yaml [--host 0.0.0.0] [--port 8080] [--keying-processes 1]")
+SERVE = (
+    SERVING,
+    "deltaport serve --config server.yaml [--host 0.0.0.0] [--port 8080] [--workers 2] [--keying-processes 1]",
+)
 RECIPIENTS_YAML = (SERVING, "recipients:")
 ADMIN_YAML = (PROVIDER, "version: 1")
 ADMIN_SDK = (PROVIDER, "from databricks.sdk import WorkspaceClient")

@@ -34,9 +34,17 @@ def serve(
         "--keying-processes",
         min=0,
         max=16,
-        help="Worker processes that hash file ids and sign URLs for large /query responses beside the "
-        "server process (default: 1 when the machine has 2 or more CPUs, else 0; 0 keeps that work "
-        "in the server process).",
+        help="Worker processes that hash file ids and sign URLs for large /query responses beside each "
+        "server process (default: 1 when the machine has 2 or more CPUs per server process, else 0; 0 keeps "
+        "that work in the server process).",
+    ),
+    workers: Optional[int] = typer.Option(
+        None,
+        "--workers",
+        min=1,
+        max=64,
+        help="Server processes serving the listeners together, each replaced if it dies, all sharing one "
+        "tokenSecret (instead of the config's 'workers'; default 1: the server is one process).",
     ),
     metrics_token: Optional[str] = typer.Option(
         None,
@@ -48,25 +56,70 @@ def serve(
     ),
 ) -> None:
     """Serve the shares of a config file, or of its catalog database, over the Delta Sharing protocol."""
-    from deltaport.errors import DeltaportError
-    from deltaport.server import create_app
     from deltaport.server.fast.memory import use_server_pool
 
     cfg = _load(config, metrics_token)
     host = host or cfg.host
-    _log_to_stderr()
+    workers = workers if workers is not None else cfg.workers
+    _log_to_stderr(pids=workers > 1)
     _check_open(cfg, host, allow_anonymous)
-    use_server_pool()
-    if keying_processes is None:
-        keying_processes = 1 if (os.cpu_count() or 1) >= 2 else 0
+    if keying_processes is None:  # one per worker while the machine has two CPUs for each
+        keying_processes = 1 if (os.cpu_count() or 1) >= 2 * workers else 0
     listen_port = port if port is not None else cfg.port
+    if workers > 1:
+        from deltaport.cli.workers import supervise
+
+        bound = _bind(cfg, host, listen_port, admin=_serves_admin(cfg))
+        raise typer.Exit(supervise(config, cfg, host, listen_port, workers, keying_processes, metrics_token, bound))
+    use_server_pool()
+    _run(_app(cfg, keying_processes, metrics_token, (host, listen_port)), host, listen_port, cfg)
+
+
+def serve_worker(spec: dict[str, Any]) -> None:
+    """One worker of ``deltaport serve --workers`` (cli/workers.py): the server on the sockets the
+    supervisor bound; says it serves by writing to ``spec['ready']``."""
+    import socket
+
+    from deltaport.server.fast.memory import use_server_pool
+
+    _log_to_stderr(pids=True)
+    cfg = _load(spec["config"], spec["metrics_token"])
+    use_server_pool()
+    host, port = spec["host"], spec["port"]
+    application = _app(cfg, spec["keying"], spec["metrics_token"], (host, port))
+    bound = [socket.socket(fileno=fd) for fd in spec["fds"]]
+    ready = spec["ready"]
+
+    def served() -> None:
+        os.write(ready, b"r")
+        os.close(ready)
+
+    _run(application, host, port, cfg, bound=bound, announce=spec["announce"], on_started=served)
+
+
+def _app(cfg, keying_processes: int, metrics_token: str | None, listener: tuple[str, int]):
+    """The server's app, or a one-line error (the catalog database cannot be opened, say)."""
+    from deltaport.errors import DeltaportError
+    from deltaport.server import create_app
+
     try:
-        application = create_app(
-            cfg, keying_processes=keying_processes, metrics_token=metrics_token, listener=(host, listen_port)
-        )
-    except DeltaportError as exc:  # the catalog database cannot be opened, say
+        return create_app(cfg, keying_processes=keying_processes, metrics_token=metrics_token, listener=listener)
+    except DeltaportError as exc:
         fail(exc)
-    _run(application, host, listen_port, cfg)
+
+
+def _serves_admin(cfg) -> bool:
+    """The app will serve the admin API: a catalog's does, a config file's with admin tokens does
+    (sources/serving.py)."""
+    return cfg.catalog_url is not None or bool(cfg.admin_token_hashes)
+
+
+def _bind(cfg, host: str, port: int, *, admin: bool) -> list:
+    """The listeners' sockets: the protocol's, and with ``admin`` the admin API's at ``adminPort``."""
+    bound = [_listen(host, port, "--port (or 'port' in the config)")]
+    if admin and cfg.admin_port is not None:
+        bound.append(_listen(cfg.admin_host or "127.0.0.1", cfg.admin_port, "'adminPort' in the config"))
+    return bound
 
 
 def _load(config: str, metrics_token: str | None):
@@ -102,9 +155,8 @@ def _warm_up() -> None:
     pa.array([1]).to_pylist()
 
 
-def _run(application, host: str, port: int, cfg) -> None:
-
-    _log_to_stderr()
+def _run(application, host: str, port: int, cfg, *, bound=None, announce=True, on_started=None) -> None:
+    """Serve ``application`` (and its admin app, if any) on ``bound`` sockets, or on new ones."""
     ssl: dict[str, Any] = {}
     if cfg.ssl is not None and cfg.ssl.self_signed:
         import tempfile
@@ -121,26 +173,32 @@ def _run(application, host: str, port: int, cfg) -> None:
 
             ssl["ssl_keyfile_password"] = Path(cfg.ssl.certificate_password_file).read_text().strip()
     _warm_up()
-    scheme = f"http{'s' if ssl else ''}"
-    shares = len(application.state.service.config.shares)
-    typer.echo(f"serving {shares} share(s) on {scheme}://{host}:{port}{cfg.endpoint}")
+    if announce:
+        _announce(application, host, port, cfg, bool(ssl))
     admin_app = getattr(application.state, "admin_app", None)
-    _say_metrics(application)
-    if cfg.catalog_url is not None:
-        _say_catalog(cfg, shares, f"{scheme}://{cfg.admin_host or host}:{cfg.admin_port or port}")
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
     # proxy_headers off: X-Forwarded-For is trusted only from the configured proxies (server/ops/access.py)
     settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl}
-    listeners = [(application, _listen(host, port, "--port (or 'port' in the config)"))]
+    bound = bound or _bind(cfg, host, port, admin=admin_app is not None)
+    listeners = [(application, bound[0])]
     if admin_app is not None:
-        admin_host = cfg.admin_host or "127.0.0.1"
-        listeners.append((admin_app, _listen(admin_host, cfg.admin_port, "'adminPort' in the config")))
-    _serve(listeners, settings)
+        listeners.append((admin_app, bound[1]))
+    _serve(listeners, settings, on_started)
 
 
-def _serve(listeners: list, settings: dict[str, Any]) -> None:
+def _announce(application, host: str, port: int, cfg, tls: bool) -> None:
+    scheme = f"http{'s' if tls else ''}"
+    shares = len(application.state.service.config.shares)
+    typer.echo(f"serving {shares} share(s) on {scheme}://{host}:{port}{cfg.endpoint}")
+    _say_metrics(application)
+    if cfg.catalog_url is not None:
+        _say_catalog(cfg, shares, f"{scheme}://{cfg.admin_host or host}:{cfg.admin_port or port}")
+
+
+def _serve(listeners: list, settings: dict[str, Any], on_started=None) -> None:
     """Serve each (app, bound socket) on one event loop: uvicorn's own (uvloop where installed, as
-    ``uvicorn.run`` picks it; the default asyncio loop costs ~20 % of the polled calls' requests/s)."""
+    ``uvicorn.run`` picks it; the default asyncio loop costs ~20 % of the polled calls' requests/s).
+    ``on_started`` is called (from a thread) once every listener serves."""
     import asyncio
 
     import uvicorn
@@ -149,6 +207,8 @@ def _serve(listeners: list, settings: dict[str, Any]) -> None:
         (uvicorn.Server(uvicorn.Config(app_, host=sock.getsockname()[0], port=sock.getsockname()[1], **settings)), sock)
         for app_, sock in listeners
     ]
+    if on_started is not None:
+        _when_started([server for server, _ in servers], on_started)
     if len(servers) == 1:
         server, sock = servers[0]
         server.run(sockets=[sock])
@@ -165,10 +225,26 @@ def _serve(listeners: list, settings: dict[str, Any]) -> None:
         loop.close()
 
 
-def _log_to_stderr() -> None:
+def _when_started(servers: list, then) -> None:
+    import threading
+    import time
+
+    def wait() -> None:
+        while not all(server.started for server in servers):
+            if any(server.should_exit for server in servers):
+                return
+            time.sleep(0.05)
+        then()
+
+    threading.Thread(target=wait, daemon=True, name="started-watch").start()
+
+
+def _log_to_stderr(*, pids: bool = False) -> None:
+    """Log lines to stderr; with ``pids``, each names the process that wrote it (one of several workers)."""
     import logging
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    pid = " [%(process)d]" if pids else ""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s{pid} %(name)s %(message)s")
 
 
 def _listen(host: str, port: int, setting: str):

@@ -457,3 +457,29 @@ def test_a_detail_key_json_cannot_hold_is_left_out_and_the_event_kept():
     (block,) = sink.blocks
     assert block.count == 1
     assert b'"big": 1180591620717411303424' in block.lines and b"cannot hold" not in block.lines
+
+
+def _append_blocks(path: str, first: int, blocks: int, max_bytes: int) -> None:
+    sink = JsonLinesAuditSink(path, max_bytes=max_bytes, backups=1000)
+    for n in range(first, first + 3 * blocks, 3):
+        sink.write(AuditBlock.of([_event(n), _event(n + 1), _event(n + 2)]))
+    sink.close()
+
+
+def test_processes_sharing_the_file_neither_interleave_nor_lose_lines(tmp_path):
+    """`deltaport serve --workers` appends from several processes to one file, rotating it as it
+    fills: every line arrives whole, once, and no file grows past its size."""
+    import multiprocessing
+
+    path = tmp_path / "audit.jsonl"
+    size = len(event_line(_event(100_000)))
+    spawn = multiprocessing.get_context("fork")
+    writers = [spawn.Process(target=_append_blocks, args=(str(path), w * 100_000, 300, size * 7)) for w in (1, 2, 3)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    times = [orjson.loads(line)["time"] for p in tmp_path.iterdir() for line in p.read_bytes().splitlines()]
+    assert sorted(times) == [w * 100_000 + n for w in (1, 2, 3) for n in range(900)]
+    assert all(p.stat().st_size <= size * 7 for p in tmp_path.iterdir())

@@ -46,6 +46,8 @@ def test_an_absent_key_takes_its_declared_default():
         ("adminTokens", "one", "'adminTokens' must be a list of tokens"),
         ("trustedProxies", ["10.0.0.300"], "'trustedProxies' entry '10.0.0.300' is not an IP address or CIDR"),
         ("storageOptions", ["region"], "'storageOptions' must be a mapping of option names to values"),
+        ("workers", 0, "'workers' must be at least 1, not 0"),
+        ("workers", 65, "'workers' must be at most 64, not 65"),
     ],
 )
 def test_a_value_its_declaration_refuses_names_the_key(key, value, needle):
@@ -117,7 +119,7 @@ def _serve_options() -> dict[str, typer.core.TyperOption]:
 def test_every_declared_flag_is_a_serve_option_as_declared():
     options = _serve_options()
     flagged = [s for s in SETTINGS if s.flags]
-    assert {s.key for s in flagged} == {"host", "port", "metricsToken"}
+    assert {s.key for s in flagged} == {"host", "port", "metricsToken", "workers"}
     for s in flagged:
         param = options[s.flags[0]]
         assert (tuple(param.opts), param.envvar) == (s.flags, s.env), s.key

@@ -21,6 +21,7 @@ block from the other sinks; the block is kept for it and written before its next
 from __future__ import annotations
 
 import atexit
+import fcntl
 import logging
 import operator
 import os
@@ -98,7 +99,12 @@ class JsonLinesAuditSink:
     ``path.1``, ``path.1`` becomes ``path.2`` and so on, the oldest beyond ``backups`` deleted
     (``backups`` 0: the file starts afresh). A line is never split across files. The file is
     created readable by its owner and group only, and opened now, so an unwritable path fails at
-    startup. :meth:`write` is the sink (called by one thread, the audit log's)."""
+    startup. :meth:`write` is the sink (called by one thread, the audit log's).
+
+    Several processes may append to one file (``deltaport serve --workers``): each block is written
+    holding an exclusive ``flock`` on the file, after reopening the path if another process rotated
+    it away, and sizes are taken from the file itself, so lines never interleave and one process
+    rotates a full file once."""
 
     def __init__(self, path: str | os.PathLike[str], *, max_bytes: int = 100 << 20, backups: int = 5) -> None:
         self.path = Path(path)
@@ -109,13 +115,31 @@ class JsonLinesAuditSink:
 
     def write(self, block: AuditBlock) -> None:
         data = block.lines
-        if self.max_bytes and self._size + len(data) > self.max_bytes:
-            for line in data.splitlines(keepends=True):
-                if self._size and self._size + len(line) > self.max_bytes:
-                    self._rotate()
-                self._append(line)
-        else:
-            self._append(data)
+        self._lock()
+        try:
+            if self.max_bytes and self._size + len(data) > self.max_bytes:
+                for line in data.splitlines(keepends=True):
+                    while self._size and self._size + len(line) > self.max_bytes:
+                        self._rotate()  # again if another process filled the new file meanwhile
+                    self._append(line)
+            else:
+                self._append(data)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _lock(self) -> None:
+        """Hold the file's lock, on the file now at ``path`` (another process may have rotated the
+        one this process has open), and know its size."""
+        while True:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass  # rotated with no backups, the new file not made yet
+            os.close(self._fd)  # releases the lock
+            self._fd = self._open()
+        self._size = os.fstat(self._fd).st_size
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -133,8 +157,7 @@ class JsonLinesAuditSink:
             self._size += written
 
     def _rotate(self) -> None:
-        os.close(self._fd)
-        self._fd = -1
+        """Called holding the lock: the full file moved aside before the lock is let go."""
         name = str(self.path)
         if self.backups > 0:
             for n in range(self.backups - 1, 0, -1):
@@ -143,8 +166,9 @@ class JsonLinesAuditSink:
             os.replace(name, f"{name}.1")
         else:
             os.unlink(name)
+        os.close(self._fd)
         self._fd = self._open()
-        self._size = 0
+        self._lock()
 
 
 class _Marker:

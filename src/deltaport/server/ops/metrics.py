@@ -26,7 +26,8 @@ before the server starts, e.g. for ``uvicorn --workers N``; empty it between run
 writes its values there and ``/metrics`` aggregates all workers (prometheus_client's multiprocess
 mode): counters and histograms add up, gauges add up over live workers (a worker marks itself
 dead when its app shuts down). A worker publishes its snapshot cache's figures after each request
-that changed them, and the scraped worker just before answering.
+that changed them, its Arrow pool's at most once a second after a request, and the scraped worker
+both just before answering.
 
 ``/metrics`` is private (the series name recipients and shares): it is served on the admin
 listener when the server has one, else on the recipients' port only to a scraper that sends a
@@ -39,6 +40,7 @@ import hmac
 import logging
 import os
 import threading
+import time
 from typing import Optional
 
 import pyarrow as pa
@@ -54,6 +56,9 @@ from deltaport.server.sources.config import ServerConfig, hash_token
 
 log = logging.getLogger("deltaport.server")
 
+#: Seconds between publications of the Arrow pool's figure after requests, in multi-process mode
+#: (the scraped worker publishes its own just before answering).
+ARROW_EVERY_S = 1.0
 #: Seconds: polled calls answer in well under a millisecond, large streams take minutes.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
@@ -169,6 +174,7 @@ class ServerMetrics:
             self.exposed = CollectorRegistry()
             multiprocess.MultiProcessCollector(self.exposed, path=self.multiprocess_dir)
         self._answered: dict[tuple[str, str, int], Counter] = {}
+        self._arrow_due = 0.0  # monotonic time the Arrow pool's figure is next published after a request
         self._timers: dict[tuple[str, str], Histogram] = {}
 
     def record(self, route: str, method: str, info: RequestInfo, seconds: float) -> None:
@@ -188,7 +194,10 @@ class ServerMetrics:
             self._served(info)
         if self.multiprocess_dir is not None:
             self.cache.sync(always=False)
-            self._arrow()
+            now = time.monotonic()
+            if now >= self._arrow_due:  # ~5 us a write to the shared file: at most once per ARROW_EVERY_S
+                self._arrow_due = now + ARROW_EVERY_S
+                self._arrow()
 
     def _served(self, info: RequestInfo) -> None:
         who = info.principal or "anonymous"

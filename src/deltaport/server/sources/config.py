@@ -87,6 +87,11 @@ class SslConfig:
 
 #: An admin token given by environment (added to the config's adminTokens).
 ADMIN_TOKEN_ENV = "DELTAPORT_ADMIN_TOKEN"  # noqa: S105  # the variable's name, not a token
+#: The token secret given by environment (used when the config has no tokenSecret; `deltaport serve
+#: --workers` hands its workers one this way).
+TOKEN_SECRET_ENV = "DELTAPORT_TOKEN_SECRET"  # noqa: S105  # the variable's name, not a secret
+#: The most server processes `deltaport serve --workers` starts.
+MAX_WORKERS = 64
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,11 @@ class ServerConfig:
         "storageOptions", {}, read_mapping, "obstore options of every object-store table (a table's own win)"
     )
     token_secret: bytes | None = setting(
-        "tokenSecret", None, read_secret, "signs page/refresh tokens and file URLs (random per process if unset)"
+        "tokenSecret",
+        None,
+        read_secret,
+        "signs page/refresh tokens and file URLs (random per process if unset; one for all workers)",
+        env=TOKEN_SECRET_ENV,
     )
     public_url: str | None = setting(
         "publicUrl", None, read_url, "how recipients reach this server: file URLs and activation links name it"
@@ -192,6 +201,13 @@ class ServerConfig:
         "deltaport",
         read_bucket,
         "the bucket of the read-only S3 face (path-style, on this listener) for directory access to local tables",
+    )
+    workers: int = setting(
+        "workers",
+        1,
+        Whole(1, MAX_WORKERS),
+        "server processes serving the listeners, replaced if one dies (1: the server is one process)",
+        flags=("--workers",),
     )
     source: str | None = None  # the config file this was loaded from (re-read when it changes)
 
@@ -464,6 +480,8 @@ def parse_config(d: Mapping[str, Any] | None, *, base: Path | None = None) -> Se
     bearer = _bearer_hash(d["authorization"]) if d.get("authorization") is not None else None
     if os.environ.get(ADMIN_TOKEN_ENV):
         values["admin_token_hashes"] = (*values.get("admin_token_hashes", ()), hash_token(os.environ[ADMIN_TOKEN_ENV]))
+    if "token_secret" not in values and os.environ.get(TOKEN_SECRET_ENV):
+        values["token_secret"] = os.environ[TOKEN_SECRET_ENV].encode()
     config = ServerConfig(
         shares=shares,
         bearer_token_hash=bearer,

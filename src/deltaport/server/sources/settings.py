@@ -102,7 +102,7 @@ def boolean(value: Any, key: str) -> bool:
     raise ConfigError(f"'{key}' must be true or false, not {value!r}")
 
 
-def whole(value: Any, key: str, *, minimum: int | None = None) -> int:
+def whole(value: Any, key: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ConfigError(f"'{key}' must be a whole number, not {value!r}")
     try:
@@ -111,17 +111,20 @@ def whole(value: Any, key: str, *, minimum: int | None = None) -> int:
         raise ConfigError(f"'{key}' must be a whole number, not {value!r}") from None
     if minimum is not None and number < minimum:
         raise ConfigError(f"'{key}' must be at least {minimum}, not {number}")
+    if maximum is not None and number > maximum:
+        raise ConfigError(f"'{key}' must be at most {maximum}, not {number}")
     return number
 
 
 @dataclass(frozen=True)
 class Whole:
-    """A whole number of at least ``minimum``."""
+    """A whole number of at least ``minimum`` (and at most ``maximum``, if given)."""
 
     minimum: int
+    maximum: int | None = None
 
     def __call__(self, value: Any, key: str, base: Path | None = None) -> int:
-        return whole(value, key, minimum=self.minimum)
+        return whole(value, key, minimum=self.minimum, maximum=self.maximum)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,220 @@
+"""`deltaport serve --workers 2`: two server processes on one port, sharing the token secret, the catalog,
+metrics and the audit log; a worker that dies is replaced; SIGTERM stops them all."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import orjson
+import psutil
+import pytest
+import yaml
+from servers import ServeProcess
+
+TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
+AUTH = {"Authorization": "Bearer t"}
+DELTAPORT = str(Path(sys.executable).parent / "deltaport")
+QUERY = "/delta-sharing/shares/s/schemas/d/tables/t/query"
+
+
+@pytest.fixture
+def server(tmp_path):
+    config = {
+        "version": 1,
+        "recipients": [{"name": "a", "tokens": ["t"], "shares": ["s"]}],
+        "metricsToken": "scraper",
+        "catalogPollSeconds": 3600,  # an edit of the config is seen on SIGHUP only
+        "auditLog": str(tmp_path / "audit.jsonl"),
+        "shares": [
+            {
+                "name": "s",
+                "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(TABLES / "basic_partitioned")}]}],
+            }
+        ],
+    }
+    serving = ServeProcess(config, tmp_path, "--workers", "2")
+    deadline = time.time() + 30
+    while serving.log.read_text().count("Application startup complete") < 2:
+        assert time.time() < deadline, "two workers did not start"
+        time.sleep(0.2)
+    yield serving
+    serving.stop()
+
+
+def _workers(server: ServeProcess) -> list[int]:
+    return [child.pid for child in psutil.Process(server.proc.pid).children()]
+
+
+def _pids_in_access_log(server: ServeProcess) -> set[str]:
+    return set(re.findall(r"INFO \[(\d+)\] deltaport\.access", server.log.read_text()))
+
+
+def _each_on_a_new_connection(calls: int, call) -> list[httpx.Response]:
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda _: call(), range(calls)))
+
+
+def test_two_workers_answer_on_one_port_and_metrics_and_audit_add_up(server, tmp_path):
+    answers = _each_on_a_new_connection(40, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH))
+    assert [r.status_code for r in answers] == [200] * 40
+    time.sleep(0.5)  # the access log line follows the response
+    assert _pids_in_access_log(server) == {str(pid) for pid in _workers(server)}
+    scraped = httpx.get(f"{server.url}/metrics", headers={"Authorization": "Bearer scraper"})
+    counted = re.search(r'deltaport_requests_total\{method="GET",route="/shares",status="200"\} (\S+)', scraped.text)
+    assert counted is not None and float(counted.group(1)) == 40  # both workers' requests
+    workers = _workers(server)
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(30) == 0
+    assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    events = [orjson.loads(line) for line in (tmp_path / "audit.jsonl").read_bytes().splitlines()]
+    assert [e["action"] for e in events].count("listShares") == 40
+
+
+def test_a_page_token_and_a_file_url_of_one_worker_work_on_the_other(server):
+    first = httpx.post(f"{server.url}{QUERY}", headers=AUTH, json={"maxFiles": 1})
+    assert first.status_code == 200
+    lines = [orjson.loads(line) for line in first.text.splitlines()]
+    token = next(line["endStreamAction"]["nextPageToken"] for line in lines if "endStreamAction" in line)
+    url = next(line["file"]["url"] for line in lines if "file" in line)
+    pages = _each_on_a_new_connection(
+        12, lambda: httpx.post(f"{server.url}{QUERY}", headers=AUTH, json={"maxFiles": 1, "pageToken": token})
+    )
+    assert [r.status_code for r in pages] == [200] * 12, [r.text for r in pages if r.status_code != 200][:1]
+    files = _each_on_a_new_connection(12, lambda: httpx.get(url))
+    assert [r.status_code for r in files] == [200] * 12
+    time.sleep(0.5)
+    assert len(_pids_in_access_log(server)) == 2  # both workers answered some
+
+
+def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(server):
+    killed, kept = _workers(server)
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.time() + 30
+    while True:
+        assert httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH).status_code == 200
+        now = _workers(server)
+        if len(now) == 2 and killed not in now:
+            break
+        assert time.time() < deadline, f"no worker replaced {killed}: {now}"
+        time.sleep(0.2)
+    assert kept in now
+    assert f"worker {killed} stopped (exit code -9): starting another" in server.log.read_text()
+
+
+def test_sighup_reloads_the_config_in_every_worker(server, tmp_path):
+    path = tmp_path / "serve.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["shares"].append({**config["shares"][0], "name": "s2"})
+    config["recipients"][0]["shares"].append("s2")
+    path.write_text(yaml.safe_dump(config))
+    server.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 20
+    while True:
+        answers = _each_on_a_new_connection(
+            12, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH).json()["items"]
+        )
+        if all(items == [{"name": "s"}, {"name": "s2"}] for items in answers):
+            break
+        assert time.time() < deadline, f"not every worker reloaded: {answers}"
+        time.sleep(0.5)
+    time.sleep(0.5)
+    assert len(_pids_in_access_log(server)) == 2
+    assert server.proc.poll() is None and len(_workers(server)) == 2  # SIGHUP stopped no worker
+
+
+def test_workers_that_cannot_start_stop_serve_with_their_error(tmp_path):
+    from servers import free_port
+
+    path = tmp_path / "serve.yaml"
+    unreachable = "postgresql://deltaport@127.0.0.1:1/catalog"  # nothing listens on port 1
+    path.write_text(yaml.safe_dump({"version": 1, "catalog": unreachable, "host": "127.0.0.1", "port": free_port()}))
+    out = subprocess.run(
+        [DELTAPORT, "serve", "--config", str(path), "--workers", "2"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2, out.stderr
+    assert "error: " in out.stderr and "before serving: stopping" in out.stderr
+
+
+def test_the_admin_listener_is_served_by_the_workers_too(tmp_path):
+    from servers import free_port
+
+    admin_port = free_port()
+    share = {
+        "name": "s",
+        "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(TABLES / "basic_partitioned")}]}],
+    }
+    config = {
+        "version": 1,
+        "shares": [share],
+        "adminPort": admin_port,
+        "adminTokens": ["adm"],
+        "adminHost": "127.0.0.1",
+    }
+    serving = ServeProcess(config, tmp_path, "--workers", "2")
+    try:
+        url = f"http://127.0.0.1:{admin_port}/api/2.1/unity-catalog/shares"
+        answers = _each_on_a_new_connection(8, lambda: httpx.get(url, headers={"Authorization": "Bearer adm"}))
+        assert [r.status_code for r in answers] == [200] * 8
+        assert httpx.get(f"{serving.url}/api/2.1/unity-catalog/shares").status_code == 404
+    finally:
+        serving.stop()
+
+
+def test_a_catalog_written_through_one_worker_is_served_by_every_worker(tmp_path):
+    """SQLite catalog, admin writes (and the activation) through whichever worker answers: every
+    worker's own poller sees a grant and a revocation."""
+    from typer.testing import CliRunner
+
+    from deltaport.cli.admin import admin_app
+
+    admin = "workers-admin-token"
+    config = {"version": 1, "catalog": str(tmp_path / "catalog.db"), "adminTokens": [admin], "catalogPollSeconds": 0.2}
+    serving = ServeProcess(config, tmp_path, "--workers", "2")
+    env = {"DELTAPORT_HOST": serving.url, "DELTAPORT_ADMIN_TOKEN": admin}
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(admin_app, list(args), env=env)
+        assert result.exit_code == 0, (args, result.output)
+        return result.stdout
+
+    def shares_seen() -> list:
+        answers = _each_on_a_new_connection(
+            12, lambda: httpx.get(f"{serving.url}/delta-sharing/shares", headers={"Authorization": f"Bearer {bearer}"})
+        )
+        return [[s["name"] for s in r.json()["items"]] if r.status_code == 200 else r.status_code for r in answers]
+
+    try:
+        run("catalogs", "create", "main", "--storage-root", str(TABLES))
+        run("schemas", "create", "main.sales")
+        run("tables", "create", "main.sales.orders", "--location", str(TABLES / "basic_partitioned"))
+        run("shares", "create", "partners")
+        run("shares", "add-table", "partners", "main.sales.orders", "--as", "retail.orders")
+        made = run("recipients", "create", "acme")
+        link = next(line for line in made.splitlines() if line.startswith("activation link")).rsplit(" ", 1)[1]
+        profile = httpx.get(
+            f"{serving.url}/api/2.1/unity-catalog/public/data_sharing_activation/{link.rsplit('/', 1)[1]}"
+        )
+        assert profile.status_code == 200, profile.text
+        bearer = profile.json()["bearerToken"]
+        run("shares", "grant", "partners", "acme")
+        deadline = time.time() + 20
+        while shares_seen() != [["partners"]] * 12:
+            assert time.time() < deadline, shares_seen()
+            time.sleep(0.3)
+        run("shares", "revoke", "partners", "acme")
+        deadline = time.time() + 20
+        while shares_seen() != [[]] * 12:
+            assert time.time() < deadline, shares_seen()
+            time.sleep(0.3)
+        time.sleep(0.5)
+        assert len(_pids_in_access_log(serving)) == 2
+    finally:
+        serving.stop()
