@@ -1,4 +1,4 @@
-"""The download layer (deltaport.client.download) against the real sharing server on loopback.
+"""The download layer (deltaport.client.download, .renewal) against the real sharing server on loopback.
 
 A small front server on loopback forwards GETs to the sharing server's file URLs, so that a
 test can make the "storage" answer a status a few times first, and can see what was asked.
@@ -6,8 +6,10 @@ test can make the "storage" answer a status a few times first, and can see what 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -15,7 +17,8 @@ import httpx
 import pytest
 
 from deltaport.client.download import ConnectionPool, Transient, copy_url, download, retrying
-from deltaport.client.errors import ConnectionFailed, FileDownloadError, UrlExpired
+from deltaport.client.errors import ConnectionFailed, FileDownloadError, IncompleteResponse, UrlExpired
+from deltaport.client.renewal import MAX_ATTEMPTS, UrlRenewer
 from deltaport.client.rest import RestClient
 from deltaport.client.retry import RetryPolicy
 from deltaport.client.transport import file_http_client
@@ -196,3 +199,85 @@ def test_the_pool_keeps_connections_alive(file_action, front):
         assert sum(len(conns) for conns in pool._idle.values()) == 1
     finally:
         pool.close()
+
+
+# --- renewal ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def listing(table_url):
+    """The real server's file list of a table, and a refresher that asks for it again (counting)."""
+    profile, _, name = table_url("partitioned").rpartition("#")
+    rest = RestClient(profile)
+    calls = []
+
+    def refresher():
+        calls.append(1)
+        return rest.query_table(name).files
+
+    yield rest.query_table(name).files, refresher, calls
+    rest.close()
+
+
+def _tampered(action, **changes):
+    return dataclasses.replace(action, url=action.url + "&tampered=1", **changes)
+
+
+def test_an_expiring_url_is_renewed_before_it_is_used(listing, http):
+    files, refresher, calls = listing
+    now = [1_000.0]
+    renewer = UrlRenewer(refresher, margin_seconds=30, clock=lambda: now[0])
+    used = []
+
+    def get(action):
+        used.append(action.url)
+        return download(action.url, http, file_id=action.id)
+
+    soon = _tampered(files[0], expiration_timestamp=int(now[0] * 1000) + 10_000)  # 10 s left: within the margin
+    before = len(calls)
+    data = renewer.read(soon, get)
+    assert len(data) == files[0].size and renewer.refreshes == 1 and len(calls) == before + 1
+    assert len(used) == 1 and "tampered" not in used[0] and used[0].split("?")[0] == files[0].url.split("?")[0]
+    later = _tampered(files[1], expiration_timestamp=int(now[0] * 1000) + 3_600_000)  # an hour left: used as is
+    with pytest.raises(UrlExpired):
+        UrlRenewer(None, margin_seconds=30, clock=lambda: now[0]).read(later, get)
+    assert used[-1] == later.url
+
+
+def test_a_refused_url_is_renewed_once_for_every_thread_waiting(listing, http):
+    files, refresher, calls = listing
+    renewer = UrlRenewer(refresher, preemptive=False)
+    refused = [_tampered(f, expiration_timestamp=1) for f in files]  # long expired: not preemptive, so tried
+    before = len(calls)
+    with ThreadPoolExecutor(len(refused)) as pool:
+        sizes = list(pool.map(lambda a: len(renewer.read(a, lambda b: download(b.url, http, file_id=b.id))), refused))
+    assert sizes == [f.size for f in files]
+    assert renewer.refreshes == 1 and len(calls) == before + 1
+
+
+def test_renewal_keeps_what_the_reader_set_and_finds_the_file_by_id(listing, http):
+    files, refresher, _ = listing
+    mine = _tampered(files[0], version=7, change_type="insert")  # a snapshot file a reader labelled itself
+    got = UrlRenewer(refresher).read(mine, lambda a: (a, download(a.url, http, file_id=a.id)))
+    assert got[0].version == 7 and got[0].change_type == "insert" and len(got[1]) == files[0].size
+
+
+def test_a_url_refused_every_time_or_a_file_gone_or_no_refresher_are_one_line(listing, http):
+    files, refresher, calls = listing
+    attempts = []
+
+    def refuse(action):
+        attempts.append(action.url)
+        return download(action.url + "&tampered=1", http, file_id=action.id)
+
+    with pytest.raises(UrlExpired, match=r"refused the presigned URL of file .* 4 times, fresh URLs included"):
+        UrlRenewer(refresher, preemptive=False).read(files[0], refuse)
+    assert len(attempts) == MAX_ATTEMPTS
+    gone = _tampered(dataclasses.replace(files[0], id="not-in-the-table"))
+    with pytest.raises(IncompleteResponse, match="table changed during the read") as err:
+        UrlRenewer(refresher, hint="pin it").read(gone, lambda a: download(a.url, http, file_id=a.id))
+    assert err.value.error_code == "TABLE_CHANGED" and err.value.hint == "pin it"
+    before = len(calls)
+    with pytest.raises(UrlExpired, match="expired or was revoked.* cannot be renewed; read the table again"):
+        UrlRenewer(None).read(_tampered(files[0]), lambda a: download(a.url, http, file_id=a.id))
+    assert len(calls) == before

@@ -25,14 +25,13 @@ import os
 import pickle
 import re
 import tempfile
-import threading
 import time
 import uuid
 import weakref
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +40,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from deltaport.client.download import ConnectionPool, copy_url, retrying
-from deltaport.client.errors import FileDownloadError, IncompleteResponse, UrlExpired
+from deltaport.client.errors import FileDownloadError
 from deltaport.client.model import FileAction
 from deltaport.client.reader import conform, row_mask
+from deltaport.client.renewal import UrlRenewer
 from deltaport.client.retry import RetryPolicy
 from deltaport.client.transport import file_http_client
-from deltaport.spark.remote import Refresh
+from deltaport.spark.remote import Refresh, renewer_for
 from deltaport.spark.staging import CacheArea, StagingError, open_area
 
 __all__ = ["StageReport", "StageTask", "ship_package", "stage_files", "stage_on_executors"]
 
 DEFAULT_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
-_MAX_RENEWALS = 3
 
 
 @dataclass(frozen=True)
@@ -161,67 +160,22 @@ def _write_once(area: CacheArea, task: StageTask, action: FileAction, http: http
     return got
 
 
-class _Renewer:
-    """Fresh URLs for refused ones: one new file list for all threads waiting at the same time."""
-
-    def __init__(self, refresh: Refresh | None) -> None:
-        self.refresh = refresh
-        self.lock = threading.Lock()
-        self.fresh: dict[tuple, FileAction] = {}
-
-    def renew(self, action: FileAction) -> FileAction:
-        with self.lock:
-            known = self.fresh.get(action.key)
-            if known is not None and known.url != action.url:
-                return replace(action, url=known.url, expiration_timestamp=known.expiration_timestamp)
-            if self.refresh is None:
-                raise UrlExpired(
-                    f"the presigned URL of file {action.id} was refused and cannot be renewed; read the table again",
-                    http_status=403,
-                    file_id=action.id,
-                )
-            self.fresh = {f.key: f for f in self.refresh.fetch()}
-            known = self.fresh.get(action.key)
-            if known is None:
-                raise IncompleteResponse(
-                    f"file {action.id} is no longer part of the table: the table changed during the read",
-                    error_code="TABLE_CHANGED",
-                    hint="read the table again (or pin a version with versionAsOf)",
-                )
-            return replace(action, url=known.url, expiration_timestamp=known.expiration_timestamp)
-
-
 def stage_one(
     area: CacheArea,
     task: StageTask,
     *,
     http: httpx.Client,
     pool: ConnectionPool,
-    renewer: _Renewer,
+    renewer: UrlRenewer,
     retry: RetryPolicy = DEFAULT_RETRY,
 ) -> int:
     """Stage one file: retries transient failures, renews refused URLs; returns bytes fetched."""
-    action = task.action
-    renewals = 0
-    while True:
-        try:
-            return retrying(
-                functools.partial(_write_once, area, task, action, http, pool),
-                retry,
-                what=f"file {action.id}",
-                url=action.url,
-                file_id=action.id,
-            )
-        except UrlExpired:
-            if renewals >= _MAX_RENEWALS:
-                raise UrlExpired(
-                    f"the storage refused fresh URLs of file {action.id} {renewals} times: check that "
-                    "the client's and the server's clocks agree",
-                    http_status=403,
-                    file_id=action.id,
-                ) from None
-            action = renewer.renew(action)
-            renewals += 1
+
+    def attempt(action: FileAction) -> int:
+        write = functools.partial(_write_once, area, task, action, http, pool)
+        return retrying(write, retry, what=f"file {action.id}", url=action.url, file_id=action.id)
+
+    return renewer.read(task.action, attempt)
 
 
 def stage_files(
@@ -236,7 +190,7 @@ def stage_files(
     started = time.perf_counter()
     if not tasks:
         return StageReport(0, 0, 0.0)
-    renewer = _Renewer(refresh)
+    renewer = renewer_for(refresh)
     connections = ConnectionPool(timeout=300.0, max_idle_per_host=max(32, threads))
     with (
         file_http_client(pool=connections) as http,
