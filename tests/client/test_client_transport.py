@@ -101,8 +101,8 @@ def test_server_closed_connections_are_replaced(http_server):
         assert http.get(http_server + "/close").content == b"ok"
         assert http.get(http_server + "/data").content == BODY  # a new connection, transparently
         # a kept-alive connection that went away meanwhile
-        key = next(iter(k for k, v in transport._idle.items() if v))
-        transport._idle[key][0].sock.shutdown(socket.SHUT_RDWR)
+        key = next(iter(k for k, v in transport.pool._idle.items() if v))
+        transport.pool._idle[key][0].sock.shutdown(socket.SHUT_RDWR)
         assert http.get(http_server + "/data").content == BODY
 
 

@@ -5,13 +5,13 @@
 ``max_in_flight`` files submitted ahead of the consumer, and yields their tables in the
 server's file order. When a presigned URL expires mid-read (or is about to, within
 ``refresh_margin_seconds``; by default a quarter of the URLs' lifetime, at most 30 s) it asks
-``refresher`` for a fresh file list once, for every thread waiting on it, and matches files by id.
+``refresher`` for a fresh file list once, for every thread waiting on it
+(:class:`~deltaport.client.renewal.UrlRenewer`).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -20,17 +20,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import httpx
 import pyarrow as pa
 
-from deltaport.client.errors import IncompleteResponse, UrlExpired
 from deltaport.client.model import FileAction
 from deltaport.client.progress import ReadProgress
 from deltaport.client.reader import reader_for
+from deltaport.client.renewal import Refresher, UrlRenewer
 from deltaport.client.schema import TableInfo
 
 __all__ = ["FileFetcher", "default_workers"]
-
-Refresher = Callable[[], Sequence[FileAction]]
-Key = tuple
-AUTO_MARGIN_MS = 30_000
 
 
 def default_workers() -> int:
@@ -59,81 +55,25 @@ class FileFetcher:
         self.table = table
         self.http = http
         self.columns = columns
-        self.refresher = refresher
         self.max_workers = max_workers or default_workers()
         self.max_in_flight = max(self.max_workers, max_in_flight or 2 * self.max_workers)
-        self.refresh_margin_ms = None if refresh_margin_seconds is None else refresh_margin_seconds * 1000
-        self.min_refresh_interval = min_refresh_interval
         self.max_attempts = max_attempts
         self.progress = progress
-        self.clock = clock
-        self.refreshes = 0
+        self.renewer = UrlRenewer(
+            refresher, margin_seconds=refresh_margin_seconds, min_interval=min_refresh_interval, clock=clock
+        )
         self._read = reader_for(change, parallel=self.max_workers > 1)
-        self._lock = threading.Lock()
-        self._latest: dict[Key, FileAction] = {}
-        self._last_refresh = float("-inf")
-        self._listed_at_ms = clock() * 1000  # when the file list (and its URLs) was made, about
 
-    # --- URL refresh ----------------------------------------------------------------------------
-
-    def _expiring(self, action: FileAction) -> bool:
-        exp = action.expiration_timestamp
-        if exp is None:
-            return False
-        margin = self.refresh_margin_ms
-        if margin is None:
-            margin = min(AUTO_MARGIN_MS, max(0.0, exp - self._listed_at_ms) / 4)
-        return exp - self.clock() * 1000 <= margin
-
-    def _fresh(self, action: FileAction, *, refused: bool) -> FileAction:
-        """The newest known version of ``action``, refreshing the file list when needed."""
-        with self._lock:
-            latest = self._latest.get(action.key, action)
-            if latest.url != action.url:
-                return latest  # another thread refreshed meanwhile
-            if not refused and self.clock() - self._last_refresh < self.min_refresh_interval:
-                return latest  # refreshed a moment ago: do not loop on a margin longer than URL lifetimes
-            if self.refresher is None:
-                if refused:
-                    raise UrlExpired(
-                        f"the presigned URL of file {action.id} was refused and this read has no way to "
-                        "refresh it; read the table again",
-                        http_status=403,
-                        file_id=action.id,
-                    )
-                return latest
-            fresh = list(self.refresher())
-            self.refreshes += 1
-            self._last_refresh = self.clock()
-            self._listed_at_ms = self._last_refresh * 1000
-            self._latest = {f.key: f for f in fresh}
-            if action.key not in self._latest:
-                raise IncompleteResponse(
-                    f"file {action.id} is no longer part of the table after refreshing its "
-                    "URL: the table changed during the read",
-                    error_code="TABLE_CHANGED",
-                    hint="read the table again (or pin a version with version=...)",
-                )
-            return self._latest[action.key]
+    @property
+    def refreshes(self) -> int:
+        return self.renewer.refreshes
 
     def _task(self, action: FileAction) -> pa.Table:
-        current = action
-        for attempt in range(self.max_attempts):
-            if self._expiring(current):
-                current = self._fresh(current, refused=False)
-            try:
-                return self._read(current, self.table, columns=self.columns, http=self.http)
-            except UrlExpired as exc:
-                if attempt + 1 >= self.max_attempts:
-                    raise UrlExpired(
-                        f"the storage refused the presigned URL of file {action.id} {self.max_attempts} "
-                        "times, fresh URLs included; check that the client's and server's clocks agree "
-                        "and that the server may read its storage",
-                        http_status=exc.http_status,
-                        file_id=action.id,
-                    ) from exc
-                current = self._fresh(current, refused=True)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return self.renewer.read(
+            action,
+            lambda current: self._read(current, self.table, columns=self.columns, http=self.http),
+            max_attempts=self.max_attempts,
+        )
 
     # --- the pipeline ------------------------------------------------------------------------------
 

@@ -19,79 +19,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from deltaport.client.errors import FileDownloadError, UrlExpired
+from deltaport.client.download import DEFAULT_DOWNLOAD_RETRY, download
+from deltaport.client.errors import FileDownloadError
 from deltaport.client.model import FileAction
-from deltaport.client.retry import RetryPolicy, call_with_retries
 from deltaport.client.schema import CHANGE_COLUMNS, ColumnSpec, TableInfo, parse_partition_value
 from deltaport.client.transport import file_http_client
 from deltaport.dv import DeletionVectorDescriptor, keep_mask, read_dv
 
 __all__ = ["DEFAULT_DOWNLOAD_RETRY", "conform", "download", "read_change_file", "read_file", "row_mask"]
 
-DEFAULT_DOWNLOAD_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
 _CHANGE_NAMES = tuple(name for name, _ in CHANGE_COLUMNS)
-_EXPIRED_MARKERS = ("expired", "ExpiredToken", "AuthenticationFailed", "SignatureDoesNotMatch")
 
 
 # --- HTTP -------------------------------------------------------------------------------------------
-
-
-def _describe(url: str) -> str:
-    """A URL without its query string (signatures stay out of messages and logs)."""
-    return url.split("?", 1)[0]
-
-
-def download(
-    url: str,
-    http: httpx.Client,
-    *,
-    byte_range: tuple[int, int] | None = None,
-    retry: RetryPolicy = DEFAULT_DOWNLOAD_RETRY,
-    file_id: str | None = None,
-) -> bytes:
-    """GET ``url`` (or ``byte_range`` = (offset, length) of it) with retries on 429/5xx/connection errors.
-
-    A refused URL (401/403, or a 400 that says the signature expired) raises :class:`UrlExpired`
-    so the caller can ask the server for fresh URLs. The URL's expiration time is not checked
-    here: the storage decides (the client's clock may differ from the server's).
-    """
-    headers = {}
-    if byte_range is not None:
-        offset, length = byte_range
-        headers["Range"] = f"bytes={offset}-{offset + length - 1}"
-
-    def once() -> httpx.Response:
-        response = http.get(url, headers=headers)
-        response.read()
-        return response
-
-    response = call_with_retries(once, retry, what=f"the download of {_describe(url)}")
-    status = response.status_code
-    if status in (200, 206):
-        data = response.content
-        if byte_range is not None and status == 200:  # the store ignored Range
-            data = data[byte_range[0] : byte_range[0] + byte_range[1]]
-        return data
-    body = response.text[:500] if response.content else ""
-    if status in (401, 403) or (status == 400 and any(m in body for m in _EXPIRED_MARKERS)):
-        raise UrlExpired(
-            f"the storage refused the presigned URL of file {file_id or _describe(url)} "
-            f"(HTTP {status}): it expired or was revoked; the file list must be refreshed",
-            http_status=status,
-            file_id=file_id,
-        )
-    if status == 404:
-        raise FileDownloadError(
-            f"file {_describe(url)} was not found in storage (HTTP 404): the table may have "
-            "been vacuumed after the file list was made; read the table again",
-            http_status=404,
-            file_id=file_id,
-        )
-    raise FileDownloadError(
-        f"downloading {_describe(url)} failed with HTTP {status}: {' '.join(body.split())[:200]}",
-        http_status=status,
-        file_id=file_id,
-    )
 
 
 class _OwnClient:

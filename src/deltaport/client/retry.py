@@ -20,7 +20,15 @@ import httpx
 
 from deltaport.client.errors import ConnectionFailed
 
-__all__ = ["NO_RETRY", "RetryPolicy", "call_with_retries", "is_retryable_status", "unreachable", "unreachable_reason"]
+__all__ = [
+    "NO_RETRY",
+    "RetryPolicy",
+    "announce_retries",
+    "call_with_retries",
+    "is_retryable_status",
+    "unreachable",
+    "unreachable_reason",
+]
 
 log = logging.getLogger("deltaport.client")
 
@@ -84,7 +92,7 @@ def unreachable(endpoint: str, exc: httpx.TransportError) -> ConnectionFailed | 
     )
 
 
-def _announce(policy: RetryPolicy, what: str, reason: str, first_delay: float) -> None:
+def announce_retries(policy: RetryPolicy, what: str, reason: str, first_delay: float) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
     budget = first_delay + sum(policy.delay(i) for i in range(1, policy.max_retries))
@@ -131,7 +139,7 @@ def call_with_retries(
                 on_retry(attempt, type(exc).__name__)
             wait = policy.delay(attempt)
             if attempt == 0:
-                _announce(policy, what, f"{type(exc).__name__}: {exc or 'connection error'}", wait)
+                announce_retries(policy, what, f"{type(exc).__name__}: {exc or 'connection error'}", wait)
             policy.sleep(wait)
             attempt += 1
             continue
@@ -141,6 +149,6 @@ def call_with_retries(
             on_retry(attempt, f"HTTP {response.status_code}")
         wait = policy.delay(attempt, response)
         if attempt == 0:
-            _announce(policy, what, f"the server answered HTTP {response.status_code}", wait)
+            announce_retries(policy, what, f"the server answered HTTP {response.status_code}", wait)
         policy.sleep(wait)
         attempt += 1

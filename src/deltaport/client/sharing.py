@@ -495,13 +495,26 @@ def load_table_changes_as_spark(
     delta_sharing_profile: DeltaSharingProfile | None = None,
 ):
     """A Spark DataFrame of the change data feed, through the ``deltaSharing`` data source."""
-    reader = _spark_reader("load_table_changes_as_spark", delta_sharing_profile, url).option("readChangeFeed", "true")
-    for key, value in (
-        ("startingVersion", starting_version),
-        ("endingVersion", ending_version),
-        ("startingTimestamp", starting_timestamp),
-        ("endingTimestamp", ending_timestamp),
-    ):
-        if value is not None:
-            reader = reader.option(key, value)
+    reader = _spark_reader("load_table_changes_as_spark", delta_sharing_profile, url)
+    options = change_feed_options(starting_version, ending_version, starting_timestamp, ending_timestamp)
+    for key, value in options.items():
+        reader = reader.option(key, value)
     return reader.load(url)
+
+
+def change_feed_options(
+    starting_version: int | None = None,
+    ending_version: int | None = None,
+    starting_timestamp: str | None = None,
+    ending_timestamp: str | None = None,
+) -> dict[str, Any]:
+    """The Spark read options of a change-feed read (those given), for the ``deltaSharing`` data
+    source and the staged read alike."""
+    options = {
+        "readChangeFeed": "true",
+        "startingVersion": starting_version,
+        "endingVersion": ending_version,
+        "startingTimestamp": starting_timestamp,
+        "endingTimestamp": ending_timestamp,
+    }
+    return {key: value for key, value in options.items() if value is not None}

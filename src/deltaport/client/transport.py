@@ -9,36 +9,28 @@ socket failures to httpx's exceptions so retries work unchanged.
 
 It sends no credentials of its own, asks for no compression, and passes the URL's path and
 query byte for byte (presigned signatures depend on their exact encoding). When a proxy is
-configured in the environment for a URL's host it defers to httpx's own transport.
+configured in the environment for a URL's host it defers to httpx's own transport. The
+connections are :class:`~deltaport.client.download.ConnectionPool`'s, the one pool of the
+recipient side.
 """
 
 from __future__ import annotations
 
 import http.client
-import ssl
-import threading
-import urllib.request
-from collections import defaultdict
 
 import httpx
+
+from deltaport.client.download import ConnectionPool, network_error
 
 __all__ = ["FileTransport", "file_http_client"]
 
 _SKIP_HEADERS = frozenset({"host", "accept-encoding", "connection", "content-length", "transfer-encoding"})
-_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
-
-
-def _ssl_context() -> ssl.SSLContext:
-    try:
-        import certifi
-
-        return ssl.create_default_context(cafile=certifi.where())
-    except ImportError:  # pragma: no cover - httpx depends on certifi
-        return ssl.create_default_context()
 
 
 class FileTransport(httpx.BaseTransport):
-    """Keep-alive ``http.client`` connections per (scheme, host, port), safe to share between threads."""
+    """Keep-alive ``http.client`` connections per (scheme, host, port), safe to share between threads.
+
+    ``pool`` may be shared with other users of the same connections (the staged Spark read)."""
 
     def __init__(
         self,
@@ -46,62 +38,15 @@ class FileTransport(httpx.BaseTransport):
         timeout: float = 120.0,
         connect_timeout: float = 30.0,
         max_idle_per_host: int = 32,
-        ssl_context: ssl.SSLContext | None = None,
+        pool: ConnectionPool | None = None,
     ) -> None:
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.max_idle_per_host = max_idle_per_host
-        self._ssl = ssl_context
-        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = defaultdict(list)
-        self._lock = threading.Lock()
+        self.pool = pool or ConnectionPool(
+            timeout=timeout, connect_timeout=connect_timeout, max_idle_per_host=max_idle_per_host
+        )
         self._fallback: httpx.HTTPTransport | None = None
-        self._proxies = urllib.request.getproxies_environment()
-
-    # --- connections -------------------------------------------------------------------------------
-
-    def _new(self, key: tuple[str, str, int]) -> http.client.HTTPConnection:
-        scheme, host, port = key
-        if scheme == "https":
-            if self._ssl is None:
-                self._ssl = _ssl_context()
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                host, port, timeout=self.connect_timeout, context=self._ssl
-            )
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=self.connect_timeout)
-        try:
-            conn.connect()
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
-        except OSError as exc:
-            raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
-        conn.sock.settimeout(self.timeout)
-        return conn
-
-    def _take(self, key: tuple[str, str, int]) -> http.client.HTTPConnection | None:
-        with self._lock:
-            idle = self._idle[key]
-            return idle.pop() if idle else None
-
-    def _give(self, key: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            idle = self._idle[key]
-            if len(idle) < self.max_idle_per_host:
-                idle.append(conn)
-                return
-        conn.close()
 
     def _proxied(self, request: httpx.Request) -> bool:
-        if not self._proxies:
-            return False
-        scheme = request.url.scheme
-        if scheme not in self._proxies and "all" not in self._proxies:
-            return False
-        return not urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]  # in the module, not its stubs
-            request.url.host, self._proxies
-        )
-
-    # --- httpx -------------------------------------------------------------------------------------
+        return self.pool.proxied(request.url.scheme, request.url.host)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.scheme not in ("http", "https") or self._proxied(request):
@@ -109,80 +54,49 @@ class FileTransport(httpx.BaseTransport):
                 self._fallback = httpx.HTTPTransport()
             return self._fallback.handle_request(request)
         scheme = request.url.scheme
-        port = request.url.port or (443 if scheme == "https" else 80)
-        key = (scheme, request.url.host, port)
-        target = request.url.raw_path.decode("ascii")
+        key = (scheme, request.url.host, request.url.port or (443 if scheme == "https" else 80))
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))
             for k, v in request.headers.raw
             if k.decode("latin-1").lower() not in _SKIP_HEADERS
         ]
         body = request.read() if request.method not in ("GET", "HEAD") else None
-        conn = self._take(key)
-        reused = conn is not None
-        while True:
-            if conn is None:
-                conn = self._new(key)
-            try:
-                status, reason, response_headers, content, will_close = self._exchange(
-                    conn, request.method, target, headers, body
-                )
-                break
-            except _STALE as exc:
-                conn.close()
-                if reused:  # a kept-alive connection the server had closed: once more on a new one
-                    conn, reused = None, False
-                    continue
-                raise httpx.RemoteProtocolError(f"the server closed the connection: {exc}") from exc
-            except TimeoutError as exc:
-                conn.close()
-                raise httpx.ReadTimeout(f"reading from {key[1]}:{key[2]} timed out") from exc
-            except (http.client.HTTPException, OSError) as exc:
-                conn.close()
-                raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
-        if will_close:
+        conn, response = self.pool.send(request.method, key, request.url.raw_path.decode("ascii"), headers, body)
+        try:
+            content = response.read() if request.method != "HEAD" else b""
+        except (http.client.HTTPException, OSError) as exc:
             conn.close()
-        else:
-            self._give(key, conn)
+            raise network_error(exc, f"{key[1]}:{key[2]}") from exc
+        self.pool.release(key, conn, response)
         return httpx.Response(
-            status,
-            headers=response_headers,
+            response.status,
+            headers=response.getheaders(),
             stream=httpx.ByteStream(content),
             request=request,
-            extensions={"reason_phrase": reason.encode("latin-1", "replace"), "http_version": b"HTTP/1.1"},
+            extensions={
+                "reason_phrase": (response.reason or "").encode("latin-1", "replace"),
+                "http_version": b"HTTP/1.1",
+            },
         )
 
-    @staticmethod
-    def _exchange(
-        conn: http.client.HTTPConnection, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None
-    ):
-        conn.putrequest(method, target, skip_accept_encoding=True)
-        for name, value in headers:
-            conn.putheader(name, value)
-        if body is not None:
-            conn.putheader("Content-Length", str(len(body)))
-        conn.endheaders(body)
-        response = conn.getresponse()
-        content = response.read() if method != "HEAD" else b""
-        return response.status, response.reason or "", response.getheaders(), content, response.will_close
-
     def close(self) -> None:
-        with self._lock:
-            idle = [c for conns in self._idle.values() for c in conns]
-            self._idle.clear()
-        for conn in idle:
-            conn.close()
+        self.pool.close()
         if self._fallback is not None:
             self._fallback.close()
 
 
 def file_http_client(
-    *, transport: httpx.BaseTransport | None = None, timeout: float = 120.0, max_connections: int = 32
+    *,
+    transport: httpx.BaseTransport | None = None,
+    timeout: float = 120.0,
+    max_connections: int = 32,
+    pool: ConnectionPool | None = None,
 ) -> httpx.Client:
     """An httpx client for presigned file URLs: never carries sharing credentials, follows
-    redirects, and uses :class:`FileTransport` unless another ``transport`` is given."""
+    redirects, and uses :class:`FileTransport` (on ``pool`` when given) unless another
+    ``transport`` is given."""
     return httpx.Client(
-        transport=transport or FileTransport(timeout=timeout, max_idle_per_host=max_connections),
+        transport=transport or FileTransport(timeout=timeout, max_idle_per_host=max_connections, pool=pool),
         timeout=httpx.Timeout(timeout, connect=30.0),
         follow_redirects=True,
     )

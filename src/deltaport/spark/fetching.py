@@ -10,53 +10,48 @@ as a zip, their Python needs only deltaport's dependencies). A file with a delet
 rewritten without its deleted rows as it is staged (once per file and DV), so that Spark reads
 it like any other.
 
-Failures: 429/5xx and dropped connections are retried with backoff; a refused URL (expired)
-is renewed by asking the server for the file list again; a body whose size is not the size in
-the server's answer, a missing file or a full disk raise one-line errors. A failed entry is
-never left behind: its temporary file is removed.
+Failures (:mod:`deltaport.client.download`): 429/5xx and dropped connections are retried with
+backoff; a refused URL (expired) is renewed by asking the server for the file list again; a body
+whose size is not the size in the server's answer, a missing file or a full disk raise one-line
+errors. A failed entry is never left behind: its temporary file is removed.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import http.client
 import io
 import os
 import pickle
 import re
 import tempfile
-import threading
 import time
-import urllib.request
 import uuid
 import weakref
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from deltaport.client.errors import ConnectionFailed, FileDownloadError, IncompleteResponse, UrlExpired
+from deltaport.client.download import ConnectionPool, copy_url, retrying
+from deltaport.client.errors import FileDownloadError
 from deltaport.client.model import FileAction
 from deltaport.client.reader import conform, row_mask
+from deltaport.client.renewal import UrlRenewer
 from deltaport.client.retry import RetryPolicy
 from deltaport.client.transport import file_http_client
-from deltaport.spark.remote import Refresh
+from deltaport.spark.remote import Refresh, renewer_for
 from deltaport.spark.staging import CacheArea, StagingError, open_area
 
 __all__ = ["StageReport", "StageTask", "ship_package", "stage_files", "stage_on_executors"]
 
-CHUNK = 8 << 20
 DEFAULT_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
-_EXPIRED_MARKERS = (b"expired", b"ExpiredToken", b"AuthenticationFailed", b"SignatureDoesNotMatch")
-_MAX_RENEWALS = 3
 
 
 @dataclass(frozen=True)
@@ -74,109 +69,6 @@ class StageReport:
     files: int  # files fetched
     bytes: int  # bytes downloaded
     seconds: float
-
-
-class _Transient(Exception):
-    """A failure worth another attempt (HTTP 429/5xx, a dropped or refused connection)."""
-
-
-# --- one HTTP GET, streamed -------------------------------------------------------------------------
-
-_connections = threading.local()
-
-
-def _connection(scheme: str, host: str, port: int, timeout: float) -> http.client.HTTPConnection:
-    pool: dict = getattr(_connections, "pool", None) or {}
-    _connections.pool = pool
-    key = (scheme, host, port)
-    conn = pool.get(key)
-    if conn is None:
-        cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
-        conn = pool[key] = cls(host, port, timeout=timeout)
-    return conn
-
-
-def _drop_connection(scheme: str, host: str, port: int) -> None:
-    pool = getattr(_connections, "pool", {})
-    conn = pool.pop((scheme, host, port), None)
-    if conn is not None:
-        conn.close()
-
-
-def _refused(status: int, body: bytes, file_id: str) -> Exception:
-    if status in (401, 403) or (status == 400 and any(m in body for m in _EXPIRED_MARKERS)):
-        return UrlExpired(
-            f"the storage refused the presigned URL of file {file_id} (HTTP {status})",
-            http_status=status,
-            file_id=file_id,
-        )
-    if status == 429 or status >= 500:
-        return _Transient(f"HTTP {status}")
-    if status == 404:
-        return FileDownloadError(
-            f"file {file_id} was not found in storage (HTTP 404): the table may have been "
-            "vacuumed after the file list was made; read the table again",
-            http_status=404,
-            file_id=file_id,
-        )
-    text = " ".join(body[:300].decode("utf-8", "replace").split())
-    return FileDownloadError(
-        f"downloading file {file_id} failed with HTTP {status}: {text}", http_status=status, file_id=file_id
-    )
-
-
-def _proxied(url: str) -> bool:
-    proxies = urllib.request.getproxies_environment()
-    parts = urlsplit(url)
-    if not proxies or (parts.scheme not in proxies and "all" not in proxies):
-        return False
-    return not urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]  # in the module, not its stubs
-        parts.hostname or "", proxies
-    )
-
-
-def _copy_via_proxy(url: str, out: Any, file_id: str, timeout: float) -> int:
-    written = 0
-    try:
-        with httpx.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
-            if response.status_code != 200:
-                raise _refused(response.status_code, response.read(), file_id)
-            for chunk in response.iter_raw(CHUNK):
-                out.write(chunk)
-                written += len(chunk)
-    except httpx.TransportError as exc:
-        raise _Transient(f"{type(exc).__name__}: {exc}") from exc
-    return written
-
-
-def copy_url(url: str, out: Any, *, file_id: str, timeout: float = 300.0) -> int:
-    """GET ``url`` into ``out``; returns the bytes written. Raises :class:`UrlExpired`,
-    :class:`FileDownloadError` or ``_Transient`` (worth another attempt)."""
-    if _proxied(url):
-        return _copy_via_proxy(url, out, file_id, timeout)
-    parts = urlsplit(url)
-    scheme = parts.scheme
-    port = parts.port or (443 if scheme == "https" else 80)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    conn = _connection(scheme, parts.hostname or "", port, timeout)
-    try:
-        conn.request("GET", target, headers={"Accept-Encoding": "identity"})
-        response = conn.getresponse()
-        if response.status != 200:
-            body = response.read()
-            raise _refused(response.status, body, file_id)
-        written = 0
-        while chunk := response.read(CHUNK):
-            out.write(chunk)
-            written += len(chunk)
-        if response.length:  # the peer closed before the length it announced
-            raise http.client.IncompleteRead(b"", response.length)
-        if response.will_close:
-            _drop_connection(scheme, parts.hostname or "", port)
-        return written
-    except (http.client.HTTPException, OSError) as exc:  # the network: the cache's writes raise StagingError
-        _drop_connection(scheme, parts.hostname or "", port)
-        raise _Transient(f"{type(exc).__name__}: {exc}") from exc
 
 
 # --- one file into the cache ----------------------------------------------------------------------
@@ -248,17 +140,17 @@ def _rewrite(data: memoryview, task: StageTask, action: FileAction, http: httpx.
     out.write(memoryview(encoded.getvalue()))
 
 
-def _write_once(area: CacheArea, task: StageTask, action: FileAction, http: httpx.Client) -> int:
+def _write_once(area: CacheArea, task: StageTask, action: FileAction, http: httpx.Client, pool: ConnectionPool) -> int:
     write = area.write(task.relpath)
     try:
         if task.rewrite:
             buffer = io.BytesIO()
-            got = copy_url(action.url, buffer, file_id=action.id)
+            got = copy_url(action.url, buffer, pool=pool, file_id=action.id)
             if got != action.size:
                 raise _size_error(action, got)
             _rewrite(buffer.getbuffer(), task, action, http, write)
         else:
-            got = copy_url(action.url, write, file_id=action.id)
+            got = copy_url(action.url, write, pool=pool, file_id=action.id)
             if got != action.size:
                 raise _size_error(action, got)
     except BaseException:
@@ -268,63 +160,22 @@ def _write_once(area: CacheArea, task: StageTask, action: FileAction, http: http
     return got
 
 
-class _Renewer:
-    """Fresh URLs for refused ones: one new file list for all threads waiting at the same time."""
-
-    def __init__(self, refresh: Refresh | None) -> None:
-        self.refresh = refresh
-        self.lock = threading.Lock()
-        self.fresh: dict[tuple, FileAction] = {}
-
-    def renew(self, action: FileAction) -> FileAction:
-        with self.lock:
-            known = self.fresh.get(action.key)
-            if known is not None and known.url != action.url:
-                return replace(action, url=known.url, expiration_timestamp=known.expiration_timestamp)
-            if self.refresh is None:
-                raise UrlExpired(
-                    f"the presigned URL of file {action.id} was refused and cannot be renewed; read the table again",
-                    http_status=403,
-                    file_id=action.id,
-                )
-            self.fresh = {f.key: f for f in self.refresh.fetch()}
-            known = self.fresh.get(action.key)
-            if known is None:
-                raise IncompleteResponse(
-                    f"file {action.id} is no longer part of the table: the table changed during the read",
-                    error_code="TABLE_CHANGED",
-                    hint="read the table again (or pin a version with versionAsOf)",
-                )
-            return replace(action, url=known.url, expiration_timestamp=known.expiration_timestamp)
-
-
 def stage_one(
-    area: CacheArea, task: StageTask, *, http: httpx.Client, renewer: _Renewer, retry: RetryPolicy = DEFAULT_RETRY
+    area: CacheArea,
+    task: StageTask,
+    *,
+    http: httpx.Client,
+    pool: ConnectionPool,
+    renewer: UrlRenewer,
+    retry: RetryPolicy = DEFAULT_RETRY,
 ) -> int:
     """Stage one file: retries transient failures, renews refused URLs; returns bytes fetched."""
-    action = task.action
-    attempt = renewals = 0
-    while True:
-        try:
-            return _write_once(area, task, action, http)
-        except _Transient as exc:
-            if attempt >= retry.max_retries:
-                raise ConnectionFailed(
-                    f"could not download file {action.id} after {attempt + 1} attempts ({exc}): "
-                    "check that the sharing server and its storage are reachable"
-                ) from None
-            retry.sleep(retry.delay(attempt))
-            attempt += 1
-        except UrlExpired:
-            if renewals >= _MAX_RENEWALS:
-                raise UrlExpired(
-                    f"the storage refused fresh URLs of file {action.id} {renewals} times: check that "
-                    "the client's and the server's clocks agree",
-                    http_status=403,
-                    file_id=action.id,
-                ) from None
-            action = renewer.renew(action)
-            renewals += 1
+
+    def attempt(action: FileAction) -> int:
+        write = functools.partial(_write_once, area, task, action, http, pool)
+        return retrying(write, retry, what=f"file {action.id}", url=action.url, file_id=action.id)
+
+    return renewer.read(task.action, attempt)
 
 
 def stage_files(
@@ -339,14 +190,18 @@ def stage_files(
     started = time.perf_counter()
     if not tasks:
         return StageReport(0, 0, 0.0)
-    renewer = _Renewer(refresh)
+    renewer = renewer_for(refresh)
+    connections = ConnectionPool(timeout=300.0, max_idle_per_host=max(32, threads))
     with (
-        file_http_client() as http,
+        file_http_client(pool=connections) as http,
         ThreadPoolExecutor(max(1, min(threads, len(tasks))), thread_name_prefix="deltaport-stage") as pool,
     ):
         # Rewrites first: their CPU then overlaps the plain files' downloads instead of trailing them.
         ordered = sorted(tasks, key=lambda task: not task.rewrite)
-        futures = [pool.submit(stage_one, area, task, http=http, renewer=renewer, retry=retry) for task in ordered]
+        futures = [
+            pool.submit(stage_one, area, task, http=http, pool=connections, renewer=renewer, retry=retry)
+            for task in ordered
+        ]
         try:
             fetched = sum(f.result() for f in futures)
         finally:

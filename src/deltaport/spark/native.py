@@ -32,6 +32,7 @@ from deltaport.client.directory import DIR, directory_only
 from deltaport.client.errors import FileDownloadError, SharingServerError
 from deltaport.client.model import FileAction
 from deltaport.client.schema import ColumnSpec, TableInfo, parse_partition_value
+from deltaport.client.sharing import change_feed_options
 from deltaport.errors import DeltaportError, UnsupportedOperation
 from deltaport.spark.directory import access_mode, stage_by_directory
 from deltaport.spark.fetching import StageReport, StageTask, stage_files, stage_on_executors
@@ -444,13 +445,6 @@ def load_table_changes_as_spark(
     """The official connector's ``load_table_changes_as_spark``, read by Spark's own parquet reader
     (``spark`` as in :func:`load_as_spark`)."""
     spark = _active_session("load_table_changes_as_spark", spark)
-    options = {**_profile_options(url, delta_sharing_profile), **options, "readChangeFeed": "true"}
-    for key, value in (
-        ("startingVersion", starting_version),
-        ("endingVersion", ending_version),
-        ("startingTimestamp", starting_timestamp),
-        ("endingTimestamp", ending_timestamp),
-    ):
-        if value is not None:
-            options[key] = value
+    changes = change_feed_options(starting_version, ending_version, starting_timestamp, ending_timestamp)
+    options = {**_profile_options(url, delta_sharing_profile), **options, **changes}
     return read_table(spark, url, **options)

@@ -81,12 +81,10 @@ def read_partition(partition: FilesPartition, target: pa.Schema, *, change_feed:
     """
     if not partition.files:
         return
-    fresh: list[Any] = []
+    renewer = remote.renewer_for(partition.refresh)
 
     def load(action: Any) -> pa.Table:
-        table = remote.read_file(
-            action, partition.table, http=http, change_feed=change_feed, refresh=partition.refresh, fresh=fresh
-        )
+        table = remote.read_file(action, partition.table, http=http, change_feed=change_feed, renewer=renewer)
         if change_feed:
             table = _commit_timestamp_as_timestamp(table)
         return conform(table, target)

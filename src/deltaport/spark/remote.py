@@ -7,23 +7,32 @@ for fresh URLs when the ones they were given have expired (:class:`Refresh`).
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pyarrow as pa
 
-from deltaport.client.errors import UrlExpired
+from deltaport.client import transport as client_transport
 from deltaport.client.model import Table
 from deltaport.client.reader import read_change_file
 from deltaport.client.reader import read_file as client_read_file
+from deltaport.client.renewal import UrlRenewer
 from deltaport.client.rest import AUTO, ChangesOptions, QueryOptions, RestClient
 from deltaport.client.schema import TableInfo
 from deltaport.spark.options import TableUrl
 
-__all__ = ["Files", "Refresh", "RemoteTable", "Session", "batch_request", "file_http_client", "read_file"]
+__all__ = [
+    "Files",
+    "Refresh",
+    "RemoteTable",
+    "Session",
+    "batch_request",
+    "file_http_client",
+    "read_file",
+    "renewer_for",
+]
 
 
 @dataclass(frozen=True)
@@ -167,17 +176,10 @@ def batch_request(options: Any, json_predicate_hints: str | None = None) -> tupl
     }
 
 
-def _match(action: Any, candidates: Sequence[Any]) -> Any | None:
-    """The fresh action for ``action``: same file id, and same change type and version if ambiguous."""
-    same_id = [c for c in candidates if c.id == action.id]
-    if len(same_id) > 1:
-        same_id = [c for c in same_id if (c.change_type, c.version) == (action.change_type, action.version)]
-    return same_id[0] if same_id else None
-
-
 def file_http_client() -> httpx.Client:
-    """An HTTP client for presigned file URLs (it never carries the sharing credentials)."""
-    return httpx.Client(timeout=httpx.Timeout(300.0, connect=30.0), follow_redirects=True)
+    """An HTTP client for presigned file URLs (it never carries the sharing credentials): the
+    connector's, on the download layer's connection pool."""
+    return client_transport.file_http_client(timeout=300.0)
 
 
 def read_file(
@@ -187,31 +189,23 @@ def read_file(
     http: httpx.Client,
     change_feed: bool = False,
     refresh: Refresh | None = None,
-    fresh: list[Any] | None = None,
+    renewer: UrlRenewer | None = None,
 ) -> pa.Table:
-    """One file as Arrow (the client's readers); on an expired URL, once more with a fresh one.
+    """One file as Arrow (the client's readers); a refused URL is renewed (by ``renewer``, else
+    one made from ``refresh``) and the file read again.
 
-    ``fresh`` keeps the refreshed file list of a partition between calls (pass an empty list).
+    Pass one ``renewer`` for the files of a partition: it keeps their refreshed file list.
     """
     reader = read_change_file if change_feed else client_read_file
-    try:
-        return reader(action, table, http=http)
-    except UrlExpired:
-        if refresh is None:
-            raise
-        if fresh is None:
-            fresh = []
-        if not fresh:
-            fresh.extend(refresh.fetch())
-        renewed = _match(action, fresh)
-        if renewed is None:
-            raise
-        # keep what the data source set on the action (version, change type of snapshot inserts)
-        renewed = dataclasses.replace(
-            action,
-            url=renewed.url,
-            deletion_vector=renewed.deletion_vector,
-            paired_deletion_vector=renewed.paired_deletion_vector,
-            expiration_timestamp=renewed.expiration_timestamp,
-        )
-        return reader(renewed, table, http=http)
+    if renewer is None:
+        renewer = renewer_for(refresh)
+    return renewer.read(action, lambda current: reader(current, table, http=http))
+
+
+def renewer_for(refresh: Refresh | None) -> UrlRenewer:
+    """The renewer of a Spark read: refused URLs only (executors' clocks are not the server's)."""
+    return UrlRenewer(
+        refresh.fetch if refresh is not None else None,
+        preemptive=False,
+        hint="read the table again (or pin a version with versionAsOf)",
+    )

@@ -1,0 +1,353 @@
+"""The one way the recipient side fetches shared files: connections, ranges, retries, errors.
+
+Every reader goes through here: the connector (:mod:`deltaport.client.reader` and
+:mod:`deltaport.client.fetch`), the staged Spark read (:mod:`deltaport.spark.fetching`, also
+inside executors, so nothing heavy is imported here) and the Python data source.
+
+- :class:`ConnectionPool`: keep-alive ``http.client`` connections per (scheme, host, port),
+  shared between threads; a kept-alive connection the peer had closed is replaced once.
+  :class:`~deltaport.client.transport.FileTransport` puts the httpx API on top of it.
+- :func:`download` (a whole file or a ``Range: bytes=a-b`` of it, through an httpx client) and
+  :func:`copy_url` (a whole file streamed into a writer in large chunks, for the staging cache).
+- :func:`retrying`: the :class:`~deltaport.client.retry.RetryPolicy` applied to one file:
+  HTTP 429/5xx and connection errors are retried with backoff (``Retry-After`` honoured).
+- :func:`status_error`: a storage's HTTP status as the error to raise. A refused URL (401/403,
+  or a 400 that says the signature expired) is :class:`UrlExpired`, so that the caller renews it
+  (:mod:`deltaport.client.renewal`).
+
+URLs are passed byte for byte (presigned signatures depend on their exact encoding) and never
+appear whole in messages or logs: only without their query string.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import threading
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+
+from deltaport.client.errors import ConnectionFailed, FileDownloadError, UrlExpired
+from deltaport.client.retry import RetryPolicy, announce_retries, is_retryable_status
+
+__all__ = [
+    "DEFAULT_DOWNLOAD_RETRY",
+    "ConnectionPool",
+    "Transient",
+    "copy_url",
+    "describe",
+    "download",
+    "retrying",
+    "status_error",
+]
+
+T = TypeVar("T")
+
+DEFAULT_DOWNLOAD_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
+CHUNK = 8 << 20
+_EXPIRED_MARKERS = (b"expired", b"ExpiredToken", b"AuthenticationFailed", b"SignatureDoesNotMatch")
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+Key = tuple[str, str, int]
+
+
+def describe(url: str) -> str:
+    """A URL without its query string (signatures stay out of messages and logs)."""
+    return url.split("?", 1)[0]
+
+
+# --- errors -------------------------------------------------------------------------------------------
+
+
+def status_error(status: int, body: bytes, *, url: str, file_id: str | None = None) -> FileDownloadError:
+    """The error for a storage's answer ``status`` (not 200/206) to a GET of ``url``."""
+    name = f"file {file_id}" if file_id else describe(url)
+    if status in (401, 403) or (status == 400 and any(m in body for m in _EXPIRED_MARKERS)):
+        return UrlExpired(
+            f"the storage refused the presigned URL of {name} (HTTP {status}): it expired or was "
+            "revoked; the file list must be refreshed",
+            http_status=status,
+            file_id=file_id,
+        )
+    if status == 404:
+        return FileDownloadError(
+            f"{name} was not found in storage (HTTP 404): the table may have been vacuumed after "
+            "the file list was made; read the table again",
+            http_status=404,
+            file_id=file_id,
+        )
+    text = " ".join(body[:300].decode("utf-8", "replace").split())[:200]
+    return FileDownloadError(
+        f"downloading {name} failed with HTTP {status}: {text}", http_status=status, file_id=file_id
+    )
+
+
+def network_error(exc: BaseException, where: str) -> httpx.TransportError:
+    """A socket or ``http.client`` failure on an open connection as httpx's exception."""
+    if isinstance(exc, TimeoutError):
+        return httpx.ReadTimeout(f"reading from {where} timed out")
+    if isinstance(exc, _STALE):
+        return httpx.RemoteProtocolError(f"the server closed the connection: {exc}")
+    return httpx.ReadError(f"{type(exc).__name__}: {exc}")
+
+
+class Transient(Exception):
+    """A failure worth another attempt: HTTP 429/5xx (``status``, ``headers``, ``body``) or a
+    connection error (``status`` None)."""
+
+    def __init__(self, reason: str, *, status: int | None = None, headers: Any = None, body: bytes = b"") -> None:
+        super().__init__(reason)
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+def retrying(fn: Callable[[], T], policy: RetryPolicy, *, what: str, url: str, file_id: str | None = None) -> T:
+    """Call ``fn`` until it does not raise :class:`Transient` or ``policy``'s retries run out.
+
+    Out of retries, a status raises its :func:`status_error` and a connection error
+    :class:`ConnectionFailed`. The first retry is announced once at INFO (``what`` names the
+    file, never its URL's query string).
+    """
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except Transient as exc:
+            if attempt >= policy.max_retries:
+                if exc.status is not None:
+                    raise status_error(exc.status, exc.body, url=url, file_id=file_id) from None
+                raise ConnectionFailed(
+                    f"could not download {what} after {attempt + 1} attempts ({exc}): check that the "
+                    "sharing server and its storage are reachable"
+                ) from None
+            response = httpx.Response(exc.status, headers=exc.headers) if exc.status is not None else None
+            wait = policy.delay(attempt, response)
+            if attempt == 0:
+                announce_retries(policy, f"the download of {what}", str(exc), wait)
+            policy.sleep(wait)
+            attempt += 1
+
+
+# --- connections ------------------------------------------------------------------------------------
+
+
+def _ssl_context() -> ssl.SSLContext:
+    try:
+        import certifi
+
+        return ssl.create_default_context(cafile=certifi.where())
+    except ImportError:  # pragma: no cover - httpx depends on certifi
+        return ssl.create_default_context()
+
+
+class ConnectionPool:
+    """Keep-alive ``http.client`` connections per (scheme, host, port), safe to share between threads.
+
+    :meth:`send` returns a connection with its response headers read; the caller reads the body
+    and hands the connection back with :meth:`release` (or closes it on a failure).
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout: float = 120.0,
+        connect_timeout: float = 30.0,
+        max_idle_per_host: int = 32,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_idle_per_host = max_idle_per_host
+        self._ssl = ssl_context
+        self._idle: dict[Key, list[http.client.HTTPConnection]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._proxies = urllib.request.getproxies_environment()
+
+    def proxied(self, scheme: str, host: str) -> bool:
+        """Whether the environment configures a proxy for this host (the pool then does not apply)."""
+        if not self._proxies or (scheme not in self._proxies and "all" not in self._proxies):
+            return False
+        return not urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]  # in the module, not its stubs
+            host, self._proxies
+        )
+
+    def _new(self, key: Key) -> http.client.HTTPConnection:
+        scheme, host, port = key
+        if scheme == "https":
+            if self._ssl is None:
+                self._ssl = _ssl_context()
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=self.connect_timeout, context=self._ssl
+            )
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=self.connect_timeout)
+        try:
+            conn.connect()
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+        conn.sock.settimeout(self.timeout)
+        return conn
+
+    def _take(self, key: Key) -> http.client.HTTPConnection | None:
+        with self._lock:
+            idle = self._idle[key]
+            return idle.pop() if idle else None
+
+    def release(self, key: Key, conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        """Hand back ``conn`` once ``response``'s body was read (closed if the peer closes it)."""
+        if response.will_close:
+            conn.close()
+            return
+        with self._lock:
+            idle = self._idle[key]
+            if len(idle) < self.max_idle_per_host:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def send(
+        self, method: str, key: Key, target: str, headers: list[tuple[str, str]], body: bytes | None = None
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Send a request to ``key`` = (scheme, host, port) for ``target`` (path and query, as given);
+        raises httpx's connection errors."""
+        conn = self._take(key)
+        reused = conn is not None
+        while True:
+            if conn is None:
+                conn = self._new(key)
+            try:
+                conn.putrequest(method, target, skip_accept_encoding=True)
+                for name, value in headers:
+                    conn.putheader(name, value)
+                if body is not None:
+                    conn.putheader("Content-Length", str(len(body)))
+                conn.endheaders(body)
+                return conn, conn.getresponse()
+            except _STALE as exc:
+                conn.close()
+                if reused:  # a kept-alive connection the server had closed: once more on a new one
+                    conn, reused = None, False
+                    continue
+                raise network_error(exc, f"{key[1]}:{key[2]}") from exc
+            except (http.client.HTTPException, OSError) as exc:
+                conn.close()
+                raise network_error(exc, f"{key[1]}:{key[2]}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            idle = [c for conns in self._idle.values() for c in conns]
+            self._idle.clear()
+        for conn in idle:
+            conn.close()
+
+
+def _key_and_target(url: str) -> tuple[Key, str]:
+    parts = urlsplit(url)
+    scheme = parts.scheme
+    port = parts.port or (443 if scheme == "https" else 80)
+    return (scheme, parts.hostname or "", port), parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+# --- GETs -------------------------------------------------------------------------------------------
+
+
+def _transient_status(status: int, headers: Any, body: bytes) -> Transient:
+    return Transient(f"HTTP {status}", status=status, headers=headers, body=body)
+
+
+def download(
+    url: str,
+    http: httpx.Client,
+    *,
+    byte_range: tuple[int, int] | None = None,
+    retry: RetryPolicy = DEFAULT_DOWNLOAD_RETRY,
+    file_id: str | None = None,
+) -> bytes:
+    """GET ``url`` (or ``byte_range`` = (offset, length) of it, as ``Range: bytes=a-b``) with retries.
+
+    A store that ignores ``Range`` sends the whole file: the range is cut out of it. The URL's
+    expiration time is not checked here: the storage decides (the client's clock may differ
+    from the server's).
+    """
+    headers = {}
+    if byte_range is not None:
+        offset, length = byte_range
+        headers["Range"] = f"bytes={offset}-{offset + length - 1}"
+
+    def once() -> bytes:
+        try:
+            response = http.get(url, headers=headers)
+            response.read()
+        except httpx.TransportError as exc:
+            raise Transient(f"{type(exc).__name__}: {exc or 'connection error'}") from exc
+        status = response.status_code
+        if status in (200, 206):
+            data = response.content
+            if byte_range is not None and status == 200:  # the store ignored Range
+                data = data[byte_range[0] : byte_range[0] + byte_range[1]]
+            return data
+        if is_retryable_status(status):
+            raise _transient_status(status, response.headers, response.content)
+        raise status_error(status, response.content, url=url, file_id=file_id)
+
+    return retrying(once, retry, what=f"file {file_id}" if file_id else describe(url), url=url, file_id=file_id)
+
+
+def _copy_via_proxy(url: str, out: Any, file_id: str, timeout: float) -> int:
+    written = 0
+    try:
+        with httpx.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
+            if response.status_code != 200:
+                body = response.read()
+                if is_retryable_status(response.status_code):
+                    raise _transient_status(response.status_code, response.headers, body)
+                raise status_error(response.status_code, body, url=url, file_id=file_id)
+            for chunk in response.iter_raw(CHUNK):
+                out.write(chunk)
+                written += len(chunk)
+    except httpx.TransportError as exc:
+        raise Transient(f"{type(exc).__name__}: {exc}") from exc
+    return written
+
+
+def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
+    """One GET of ``url`` streamed into ``out`` (``write`` is called with chunks of up to 8 MiB: the
+    socket read and the write run in C, the GIL released); returns the bytes written. Raises
+    :func:`status_error`'s errors, or :class:`Transient` (see :func:`retrying`)."""
+    key, target = _key_and_target(url)
+    if pool.proxied(key[0], key[1]):
+        return _copy_via_proxy(url, out, file_id, pool.timeout)
+    try:
+        conn, response = pool.send("GET", key, target, [("Accept-Encoding", "identity")])
+    except httpx.TransportError as exc:
+        raise Transient(f"{type(exc).__name__}: {exc}") from exc
+    body: bytes | None = None
+    written = 0
+    try:
+        if response.status != 200:
+            body = response.read()
+        else:
+            while chunk := response.read(CHUNK):
+                out.write(chunk)
+                written += len(chunk)
+            if response.length:  # the peer closed before the length it announced
+                raise http.client.IncompleteRead(b"", response.length)
+    except (http.client.HTTPException, OSError) as exc:  # the network: the cache's writes raise their own errors
+        conn.close()
+        raise Transient(f"{type(exc).__name__}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    pool.release(key, conn, response)
+    if body is not None:
+        if is_retryable_status(response.status):
+            raise _transient_status(response.status, response.getheaders(), body)
+        raise status_error(response.status, body, url=url, file_id=file_id)
+    return written
