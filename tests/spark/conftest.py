@@ -251,16 +251,19 @@ def _write_types_table(path: Path) -> None:
 
 
 class RequestRecorder:
-    """ASGI middleware keeping (method, path, query string, body) of every request."""
+    """ASGI middleware keeping (method, path, query string, body) of every request, from the moment
+    it arrives (a request counted only once the app returned would be missed by a test that reads
+    the count while a streamed answer's last bytes are still being sent)."""
 
     def __init__(self, app) -> None:
         self.app = app
-        self.requests: list[tuple[str, str, str, bytes]] = []
+        self.requests: list[tuple[str, str, str, bytearray]] = []
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        body = bytearray()
+        body = bytearray()  # filled as the app reads it, before it answers
+        self.requests.append((scope["method"], scope["path"], scope.get("query_string", b"").decode(), body))
 
         async def receive_and_keep():
             message = await receive()
@@ -269,12 +272,11 @@ class RequestRecorder:
             return message
 
         await self.app(scope, receive_and_keep, send)
-        self.requests.append((scope["method"], scope["path"], scope.get("query_string", b"").decode(), bytes(body)))
 
     def queries(self, table: str) -> list[dict]:
         """Bodies of POST /query requests for ``table``."""
         return [
-            json.loads(body or b"{}")
+            json.loads(bytes(body) or b"{}")
             for method, path, _, body in self.requests
             if method == "POST" and path.endswith(f"/tables/{table}/query")
         ]
