@@ -21,8 +21,10 @@ from deltaport.errors import InvalidParameter
 from deltaport.storage import is_local
 from deltaport.storage.locations import Location, LocationError
 
-#: The protocol's access modes, in the order they are kept and shown.
-ACCESS_MODES = ("url", "dir")
+#: The protocol's access modes, in the order they are kept and shown: by file URLs (/query), by
+#: directory (temporary-table-credentials).
+URL, DIR = "url", "dir"
+ACCESS_MODES = (URL, DIR)
 #: The protocol's limits on a share's metadata (characters; pairs).
 MAX_DISPLAY_NAME = 255
 MAX_COMMENT = 65_536

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from deltaport.catalog import db
 from deltaport.catalog.names import name_key
 from deltaport.catalog.served import (
+    DIR,
     RecipientConfig,
     SchemaConfig,
     ShareConfig,
@@ -128,7 +129,7 @@ def _with_access(table: SharedTableConfig, modes: tuple[str, ...]) -> SharedTabl
     """The table with the object's access modes, but 'dir' where :func:`dir_access_refusal` refuses
     it (a table created in a shared schema after the object was added, on storage no credentials
     can be vended for): such a table is read by URL."""
-    if "dir" in modes and dir_access_refusal(table) is not None:
+    if DIR in modes and dir_access_refusal(table) is not None:
         modes = ("url",)
     return dataclasses.replace(table, access_modes=modes)
 

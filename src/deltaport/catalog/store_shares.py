@@ -21,6 +21,7 @@ from deltaport.catalog import db
 from deltaport.catalog.model import Grant, ObjectType, PartitionOp, PartitionValue, SharedObject, ShareInfo
 from deltaport.catalog.names import check_name, name_key, split_name
 from deltaport.catalog.served import (
+    DIR,
     SharedTableConfig,
     check_access_modes,
     check_auxiliary_locations,
@@ -281,7 +282,7 @@ def _settings(obj: SharedObject, kind: ObjectType, where: str, locations: Sequen
     auxiliary = check_auxiliary_locations(
         obj.auxiliary_locations, locations[0] if locations else "", where, "auxiliary_locations"
     )
-    if "dir" in modes:
+    if DIR in modes:
         for location in locations:
             table = SharedTableConfig(
                 "",

@@ -27,6 +27,7 @@ from xml.sax.saxutils import escape
 from fastapi import Request
 from starlette.responses import Response
 
+from deltaport.catalog.served import DIR
 from deltaport.delta import SnapshotCache
 from deltaport.errors import DeltaportError, PermissionDenied, ResourceNotFound
 from deltaport.server.ops.request_info import current_request
@@ -84,7 +85,7 @@ class Face:
         who = registry.principal_for_key(grant.recipient_key)
         if shared is None or who is None or not who.may_see(shared.share.name):
             raise S3Error("AccessDenied", "these credentials' table is no longer shared with their recipient")
-        if "dir" not in shared.config.access_modes:
+        if DIR not in shared.config.access_modes:
             raise S3Error("AccessDenied", "this table is no longer shared for directory access: read it with /query")
         live = who.name == "anonymous" and not self.service.config.auth_enabled
         if grant.token_tag:

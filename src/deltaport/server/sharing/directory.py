@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from deltaport.catalog.served import DIR, URL
 from deltaport.errors import InvalidParameter, MalformedRequest, UnsupportedOperation
 from deltaport.protocol import lines
 from deltaport.server.s3face.credentials import FaceCredentials, face_location
@@ -27,8 +28,6 @@ from deltaport.storage import is_local
 from deltaport.storage.locations import Location, LocationError
 
 log = logging.getLogger("deltaport.server")
-
-URL, DIR = "url", "dir"
 
 
 #: The vendor for a cloud location and the table's storage options.

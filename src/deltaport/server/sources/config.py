@@ -20,6 +20,7 @@ import yaml
 
 from deltaport.catalog.names import check_name
 from deltaport.catalog.served import (
+    DIR,
     RecipientConfig,
     SchemaConfig,
     ShareConfig,
@@ -329,7 +330,7 @@ def _table(d: Mapping[str, Any], where: str) -> SharedTableConfig:
             _or(d.get("auxiliaryLocations"), []), location, table, "'auxiliaryLocations'", ConfigError
         ),
     )
-    refusal = dir_access_refusal(table_config) if "dir" in table_config.access_modes else None
+    refusal = dir_access_refusal(table_config) if DIR in table_config.access_modes else None
     if refusal:
         raise ConfigError(f"'accessModes' of {table} has 'dir', but {refusal}")
     return table_config
