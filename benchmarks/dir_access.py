@@ -117,19 +117,9 @@ def read_compare(big: Path, creds, runs: int, size: int) -> None:
 
 
 def list_log(creds) -> None:
-    import boto3
-    from botocore.config import Config
+    from face_support import s3_client
 
-    v = creds.values
-    client = boto3.client(
-        "s3",
-        endpoint_url=v["endpoint"],
-        aws_access_key_id=v["accessKeyId"],
-        aws_secret_access_key=v["secretAccessKey"],
-        aws_session_token=v["sessionToken"],
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    client = s3_client(creds)
     prefix = creds.location.split("/", 3)[3] + "/_delta_log/"
     for attempt in ("cold", "warm"):
         t0 = time.perf_counter()
