@@ -347,6 +347,33 @@ def test_a_wrong_endpoint_fails_the_first_request_at_once(tmp_path, endpoint, re
         ds.SharingClient(path).list_shares()
 
 
+def test_a_wrong_token_endpoint_fails_the_first_token_request_at_once(tmp_path, caplog):
+    from deltaport.client.auth import clear_oauth_cache
+
+    clear_oauth_cache()
+    token_endpoint = f"http://127.0.0.1:{_closed_port()}/oauth/token"
+    path = write_profile(
+        tmp_path / "oauth.share",
+        "http://127.0.0.1:9/delta-sharing",
+        shareCredentialsVersion=2,
+        type="oauth_client_credentials",
+        tokenEndpoint=token_endpoint,
+        clientId="client-1",
+        clientSecret="s3cret",
+        bearerToken=None,
+    )
+    started = time.monotonic()
+    with caplog.at_level("INFO", logger="deltaport.client"), pytest.raises(ConnectionFailed) as err:
+        ds.load_as_pandas(f"{path}#share.schema.table")
+    assert time.monotonic() - started < 10
+    assert str(err.value) == (
+        f"cannot reach the OAuth token endpoint at {token_endpoint}: the connection was refused; check the "
+        "profile's tokenEndpoint and that the server is up"
+    )
+    assert not caplog.records
+    clear_oauth_cache()
+
+
 def test_503_a_few_times_then_200_succeeds_saying_once_what_it_waits_for(table_url, recording, caplog):
     recording.add_rule(
         _is_query, lambda r: httpx.Response(503, json={"errorCode": "INTERNAL_ERROR", "message": ""}), times=3

@@ -21,7 +21,7 @@ import orjson
 
 from deltaport.client.errors import SharingServerError, TokenExpired
 from deltaport.client.profile import BASIC, BEARER, OAUTH, DeltaSharingProfile
-from deltaport.client.retry import RetryPolicy, call_with_retries
+from deltaport.client.retry import RetryPolicy, call_with_retries, unreachable
 from deltaport.errors import Unauthenticated
 
 __all__ = [
@@ -137,6 +137,13 @@ class OAuthClientCredentials:
             self._token = None
         return True
 
+    def _unreachable(self, exc: httpx.TransportError) -> Exception | None:
+        """The first token request fails at once when no connection can be opened (a wrong
+        tokenEndpoint); once a token was fetched, the endpoint is waited for like the server."""
+        if self.fetches:
+            return None
+        return unreachable(self.token_endpoint, exc, what="the OAuth token endpoint", field="tokenEndpoint")
+
     def _fetch(self) -> None:
         basic = base64.b64encode(f"{self._client_id}:{self._client_secret}".encode()).decode("ascii")
         form = {"grant_type": "client_credentials"}
@@ -154,7 +161,7 @@ class OAuthClientCredentials:
                 response.read()
                 return response
 
-        response = call_with_retries(once, self._retry, what=request)
+        response = call_with_retries(once, self._retry, what=request, unreachable=self._unreachable)
         if response.status_code != 200:
             detail = " ".join(response.text.split())[:300]
             raise Unauthenticated(

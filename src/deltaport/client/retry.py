@@ -80,15 +80,18 @@ def unreachable_reason(exc: httpx.TransportError) -> str | None:
     return f"{type(exc).__name__}: {exc or 'cannot connect'}"
 
 
-def unreachable(endpoint: str, exc: httpx.TransportError) -> ConnectionFailed | None:
+def unreachable(
+    endpoint: str, exc: httpx.TransportError, *, what: str = "the sharing server", field: str = "endpoint"
+) -> ConnectionFailed | None:
     """``exc`` as the error of an endpoint that cannot be reached, when no connection could be
-    opened (None otherwise): one line naming the endpoint and the fix."""
+    opened (None otherwise): one line naming the endpoint, the profile's ``field`` that holds it
+    and the fix."""
     reason = unreachable_reason(exc)
     if reason is None:
         return None
     shown = httpx.URL(endpoint).copy_with(username=None, password=None, query=None, fragment=None)
     return ConnectionFailed(
-        f"cannot reach the sharing server at {shown}: {reason}; check the profile's endpoint and that the server is up"
+        f"cannot reach {what} at {shown}: {reason}; check the profile's {field} and that the server is up"
     )
 
 
