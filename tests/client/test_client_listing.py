@@ -131,7 +131,7 @@ def fake_spark(monkeypatch):
     log: list = []
     session = types.SimpleNamespace(read=_Reader(log))
     sql = types.ModuleType("pyspark.sql")
-    sql.SparkSession = types.SimpleNamespace(getActiveSession=lambda: session)
+    sql.SparkSession = types.SimpleNamespace(active=lambda: session)
     monkeypatch.setitem(sys.modules, "pyspark", types.ModuleType("pyspark"))
     monkeypatch.setitem(sys.modules, "pyspark.sql", sql)
     return log
@@ -169,7 +169,11 @@ def test_load_as_spark_with_a_profile_object_passes_credentials(fake_spark):
 
 def test_load_as_spark_needs_an_active_session(monkeypatch):
     sql = types.ModuleType("pyspark.sql")
-    sql.SparkSession = types.SimpleNamespace(getActiveSession=lambda: None)
+
+    def no_session():
+        raise RuntimeError("[NO_ACTIVE_OR_DEFAULT_SESSION]")
+
+    sql.SparkSession = types.SimpleNamespace(active=no_session)
     monkeypatch.setitem(sys.modules, "pyspark", types.ModuleType("pyspark"))
     monkeypatch.setitem(sys.modules, "pyspark.sql", sql)
     with pytest.raises(RuntimeError, match="No active SparkSession"):

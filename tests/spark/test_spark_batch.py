@@ -122,6 +122,20 @@ def test_version_as_of_through_the_official_load_as_spark(spark, sharing):
     assert rows_of(at_v1.toPandas()) == rows_of(official)
 
 
+def test_the_connectors_load_as_spark_finds_the_session_from_any_thread(spark, sharing):
+    """A thread that did not build the session (a web service's, a pool's) still finds it; spark=
+    names it explicitly."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import deltaport.client as ours
+
+    url = sharing.url("sales")
+    with ThreadPoolExecutor(2) as pool:
+        found = pool.submit(ours.load_as_spark, url, version=1)
+        given = pool.submit(ours.load_as_spark, url, version=0, spark=spark)
+        assert (found.result().count(), given.result().count()) == (320, 200)
+
+
 def test_timestamp_as_of(spark, sharing):
     url = sharing.url("sales")
     # commits are at 10:00 (v0), 11:00 (v1) and 12:00 (v2) UTC on 2024-06-01

@@ -40,6 +40,8 @@ TABLE_NAMES = {
     "widening": "type-widening",
     "empty": "partition_cm/name",
 }
+#: a table also offered for directory access (its folder through the server's read-only S3 face)
+DIR_MODES = {"accessModes": ["url", "dir"]}
 #: name: (table, options, where the read is made: "here" by read_table, "thread" by load_*_as_spark)
 CASES = {
     "deletion_vectors": ("dv", {}, "here"),
@@ -90,6 +92,7 @@ def served(workdir):
     tables = [
         {"name": key, "location": str(TABLES / table), "historyShared": True} for key, table in TABLE_NAMES.items()
     ]
+    tables.append({"name": "dir", "location": str(TABLES / "basic_partitioned"), "historyShared": True, **DIR_MODES})
     config = {
         "version": 1,
         "shares": [{"name": "corpus", "schemas": [{"name": "default", "tables": tables}]}],
@@ -158,20 +161,28 @@ def classic(cluster, served, workdir) -> Phase:
 
 
 @pytest.fixture(scope="module")
-def connect_session(cluster, classic, workdir):
-    """A Spark Connect server on the cluster (after the classic application: each takes both
-    cores) and a client session in this process; pyspark's functions answer for Connect meanwhile."""
+def connect_server(cluster, classic, workdir):
+    """A Spark Connect server on the cluster (after the classic application: each takes both cores)."""
+    server = ConnectServer(cluster, workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def connect_session(connect_server):
+    """A client session of the Connect server in this process; pyspark's functions answer for
+    Connect meanwhile."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    server = ConnectServer(cluster, workdir)
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    session = ConnectSession.builder.remote(server.url).getOrCreate()
+    session = ConnectSession.builder.remote(connect_server.url).getOrCreate()
     try:
         yield session
     finally:
         session.stop()
         os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
-        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -228,12 +239,28 @@ def test_the_connect_session_is_found_from_a_pool(connect_session, served, workd
         same_rows(changes.result().toPandas(), ds.load_table_changes_as_arrow(url, starting_version=3).to_pandas())
 
 
+def test_register_ships_deltaport_to_the_connect_sessions_workers(connect_session, connect_server):
+    """The data source runs in the cluster's Python: registering it on a session that never read
+    natively (so never shipped anything) makes its workers import the driver's deltaport."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from deltaport.spark import register
+
+    fresh = ConnectSession.builder.remote(connect_server.url).create()
+    try:
+        register(fresh)
+        workers = executors_deltaport(fresh)
+        assert workers and all(".zip" in f and "/deltaport-" in f for f in workers), workers
+    finally:
+        fresh.stop()
+        ConnectSession._set_default_and_active_session(connect_session)  # create() made fresh the default
+
+
 def test_streaming_through_connect(connect_session, served):
-    from deltaport.spark import register, ship_package
+    from deltaport.spark import register
 
     url = served.url("partitioned")
-    ship_package(connect_session)  # the data source runs in the cluster's Python too
-    register(connect_session)
+    register(connect_session)  # ships deltaport: the data source runs in the cluster's Python too
     query = (
         connect_session.readStream.format("deltaSharing")
         .load(url)
@@ -246,6 +273,14 @@ def test_streaming_through_connect(connect_session, served):
     streamed = connect_session.sql("SELECT * FROM cluster_stream").toPandas()
     query.stop()
     same_rows(streamed, deltaport.load_as_arrow(url).to_pandas())
+
+
+def test_a_directory_read_through_connect(connect_session, served, workdir):
+    """Planned and staged by the client (delta-rs under the vended credentials) into a location
+    the cluster reads: the rows of the URL read."""
+    url = served.url("dir")
+    by_dir = read_table(connect_session, url, accessMode="dir", stagingLocation=str(workdir / "staging-dir"))
+    same_rows(by_dir.toPandas(), deltaport.load_as_arrow(url).to_pandas())
 
 
 def test_a_cluster_needs_a_staging_location_it_sees(connect_session, served, tmp_path, monkeypatch):

@@ -35,6 +35,7 @@ from deltaport.client.rest import (
 )
 from deltaport.client.retry import RetryPolicy
 from deltaport.client.schema import TableInfo
+from deltaport.client.spark_session import active_session
 from deltaport.client.table_read import ReadOptions, TableRead, read_options
 
 __all__ = [
@@ -442,15 +443,8 @@ def get_table_protocol(
 # --- Spark ------------------------------------------------------------------------------------------------
 
 
-def _spark_reader(what: str, delta_sharing_profile: DeltaSharingProfile | None, url: str):
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise ImportError(f"Unable to import pyspark. `{what}` requires PySpark.") from None
-    spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise RuntimeError(f"No active SparkSession was found. `{what}` requires running in a PySpark application.")
-    reader = spark.read.format("deltaSharing")
+def _spark_reader(what: str, delta_sharing_profile: DeltaSharingProfile | None, url: str, spark: Any):
+    reader = active_session(what, spark).read.format("deltaSharing")
     if delta_sharing_profile is not None:
         if "#" in url:
             raise ValueError(f"Invalid 'url': {url}; with delta_sharing_profile the url is '<share>.<schema>.<table>'")
@@ -476,9 +470,12 @@ def load_as_spark(
     version: int | None = None,
     timestamp: str | None = None,
     delta_sharing_profile: DeltaSharingProfile | None = None,
+    *,
+    spark: Any = None,
 ):
-    """A Spark DataFrame of the shared table, through the ``deltaSharing`` data source of the active session."""
-    reader = _spark_reader("load_as_spark", delta_sharing_profile, url)
+    """A Spark DataFrame of the shared table, through the ``deltaSharing`` data source of ``spark``
+    (by default the thread's active session, else the process's default one)."""
+    reader = _spark_reader("load_as_spark", delta_sharing_profile, url, spark)
     if version is not None:
         reader = reader.option("versionAsOf", version)
     if timestamp is not None:
@@ -493,9 +490,12 @@ def load_table_changes_as_spark(
     starting_timestamp: str | None = None,
     ending_timestamp: str | None = None,
     delta_sharing_profile: DeltaSharingProfile | None = None,
+    *,
+    spark: Any = None,
 ):
-    """A Spark DataFrame of the change data feed, through the ``deltaSharing`` data source."""
-    reader = _spark_reader("load_table_changes_as_spark", delta_sharing_profile, url)
+    """A Spark DataFrame of the change data feed, through the ``deltaSharing`` data source
+    (``spark`` as in :func:`load_as_spark`)."""
+    reader = _spark_reader("load_table_changes_as_spark", delta_sharing_profile, url, spark)
     options = change_feed_options(starting_version, ending_version, starting_timestamp, ending_timestamp)
     for key, value in options.items():
         reader = reader.option(key, value)

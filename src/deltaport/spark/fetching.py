@@ -45,11 +45,12 @@ from deltaport.client.model import FileAction
 from deltaport.client.reader import conform, row_mask
 from deltaport.client.renewal import UrlRenewer
 from deltaport.client.retry import RetryPolicy
+from deltaport.client.spark_session import is_connect
 from deltaport.client.transport import file_http_client
 from deltaport.spark.remote import Refresh, renewer_for
 from deltaport.spark.staging import CacheArea, StagingError, open_area
 
-__all__ = ["StageReport", "StageTask", "ship_package", "stage_files", "stage_on_executors"]
+__all__ = ["StageReport", "StageTask", "ship_package", "stage_files", "stage_on_executors", "workers_elsewhere"]
 
 DEFAULT_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
 
@@ -284,6 +285,15 @@ def _package_zip() -> str:
 
 _TMP = ".tmp-"
 _shipped: weakref.WeakSet = weakref.WeakSet()
+
+
+def workers_elsewhere(spark: Any) -> bool:
+    """Whether the session's Python workers may run another environment than this process: a
+    Spark Connect session, or a cluster (a master that is not ``local``). Asked from the
+    session's configuration, which classic and Connect sessions answer alike."""
+    if is_connect(spark):
+        return True
+    return not str(spark.conf.get("spark.master", "local")).startswith("local")
 
 
 def ship_package(spark: Any) -> None:

@@ -33,6 +33,7 @@ from deltaport.client.errors import FileDownloadError, SharingServerError
 from deltaport.client.model import FileAction
 from deltaport.client.schema import ColumnSpec, TableInfo, parse_partition_value
 from deltaport.client.sharing import change_feed_options
+from deltaport.client.spark_session import active_session, is_connect
 from deltaport.errors import DeltaportError, UnsupportedOperation
 from deltaport.spark.directory import access_mode, stage_by_directory
 from deltaport.spark.fetching import StageReport, StageTask, stage_files, stage_on_executors
@@ -158,11 +159,6 @@ def _tasks(plan: _Plan, table_folder: str) -> list[StageTask]:
 # --- staging ----------------------------------------------------------------------------------------
 
 
-def _connect(spark: Any) -> bool:
-    """Whether ``spark`` is a Spark Connect session (its client runs here, its cluster elsewhere)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def _fetch_mode(spark: Any, staging: StagingOptions, area: CacheArea) -> str:
     """``driver`` or ``spark``. Asked from the session's configuration, not its JVM, so that it
     answers alike on classic and Spark Connect sessions; through Connect the cluster fetches
@@ -171,7 +167,7 @@ def _fetch_mode(spark: Any, staging: StagingOptions, area: CacheArea) -> str:
     if staging.fetch != "auto":
         mode = staging.fetch
     else:
-        mode = "spark" if cluster or _connect(spark) else "driver"
+        mode = "spark" if cluster or is_connect(spark) else "driver"
     if cluster and isinstance(area, LocalArea) and staging.location is None:
         raise StagingError(
             "a cluster runs this pipeline, so shared files must be staged where every executor sees "
@@ -250,7 +246,7 @@ def _functions(spark: Any) -> Any:
     may hold a classic session and a Spark Connect one)."""
     import importlib
 
-    return importlib.import_module("pyspark.sql.connect.functions" if _connect(spark) else "pyspark.sql.functions")
+    return importlib.import_module("pyspark.sql.connect.functions" if is_connect(spark) else "pyspark.sql.functions")
 
 
 def _logical_columns(spark: Any, plan: _Plan, logical: Any, physical: Any) -> list[Any]:
@@ -363,34 +359,6 @@ def read_table(spark: Any, url: str, *, where: str | None = None, **options: Any
     return stage(spark, url, where=where, **options).dataframe
 
 
-def _active_session(what: str, spark: Any = None) -> Any:
-    """``spark`` if given, else the session of this thread, else the process's default session (the
-    first one the builder made): a thread that did not build the session still finds it."""
-    if spark is not None:
-        return spark
-    from pyspark.sql import SparkSession
-
-    for session_class in (SparkSession, _connect_session_class()):
-        if session_class is None:
-            continue
-        try:
-            return session_class.active()
-        except Exception:  # PySparkRuntimeError NO_ACTIVE_OR_DEFAULT_SESSION, or no JVM at all
-            continue
-    raise RuntimeError(
-        f"No active SparkSession was found. `{what}` requires running in a PySpark application "
-        "(or pass the session as spark=)."
-    )
-
-
-def _connect_session_class() -> Any:
-    try:
-        from pyspark.sql.connect.session import SparkSession
-    except ImportError:  # pyspark without the Spark Connect client's packages
-        return None
-    return SparkSession
-
-
 def _profile_options(url: str, profile: Any) -> dict[str, str]:
     if profile is None:
         return {}
@@ -422,7 +390,7 @@ def load_as_spark(
     """The official connector's ``load_as_spark``, read by Spark's own parquet reader
     (see :func:`read_table` for the staging options). ``spark``: the session; by default the
     thread's active session, else the process's default one."""
-    spark = _active_session("load_as_spark", spark)
+    spark = active_session("load_as_spark", spark)
     options = {**_profile_options(url, delta_sharing_profile), **options}
     if version is not None:
         options["versionAsOf"] = version
@@ -444,7 +412,7 @@ def load_table_changes_as_spark(
 ) -> Any:
     """The official connector's ``load_table_changes_as_spark``, read by Spark's own parquet reader
     (``spark`` as in :func:`load_as_spark`)."""
-    spark = _active_session("load_table_changes_as_spark", spark)
+    spark = active_session("load_table_changes_as_spark", spark)
     changes = change_feed_options(starting_version, ending_version, starting_timestamp, ending_timestamp)
     options = {**_profile_options(url, delta_sharing_profile), **options, **changes}
     return read_table(spark, url, **options)

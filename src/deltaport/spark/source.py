@@ -11,6 +11,7 @@ from pyspark.sql.types import StructType
 
 from deltaport.errors import InvalidParameter
 from deltaport.spark import planning
+from deltaport.spark.fetching import ship_package, workers_elsewhere
 from deltaport.spark.filters import filters_to_json_hint
 from deltaport.spark.options import ReadOptions
 from deltaport.spark.remote import Refresh, batch_request
@@ -139,8 +140,12 @@ def register(spark: Any) -> type[DeltaSharingDataSource]:
     """Register the ``deltaSharing`` format with ``spark``; returns the registered class.
 
     Timestamps in options without a zone are read in the session time zone
-    (``spark.sql.session.timeZone``) at the time of registration.
+    (``spark.sql.session.timeZone``) at the time of registration. On a Spark Connect session or
+    a cluster, the data source runs in the cluster's Python workers: this process's deltaport is
+    shipped to them (:func:`~deltaport.spark.fetching.ship_package`).
     """
+    if workers_elsewhere(spark):
+        ship_package(spark)
     time_zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
     source = type(
         "DeltaSharingDataSource",
