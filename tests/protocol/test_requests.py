@@ -14,7 +14,9 @@ def test_official_client_bodies():
     assert QueryRequest.parse(b'{"limitHint":1}').limit_hint == 1
     assert QueryRequest.parse(b'{"version":"3"}').version == 3  # proto3 JSON: numbers as strings
     assert QueryRequest.parse(b'{"jsonPredicateHints":"{}"}').json_predicate_hints == "{}"
-    assert QueryRequest.parse(b'{"idempotency_key":"k"}').idempotency_key == "k"
+    assert QueryRequest.parse(b'{"idempotencyKey":"k"}').idempotency_key == "k"
+    assert QueryRequest.parse(b'{"idempotency_key":"k"}').idempotency_key == "k"  # earlier clients' spelling
+    assert b'"idempotencyKey":"k"' in QueryRequest(idempotency_key="k").to_body()  # the protocol's spelling
 
 
 @pytest.mark.parametrize(

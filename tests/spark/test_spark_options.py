@@ -142,6 +142,8 @@ VALID = {
     "startingTimestamp": "2024-06-01",
     "endingTimestamp": "2024-06-02",
     "responseFormat": "parquet",
+    "asyncQuery": "true",
+    "asyncQueryTimeout": "10m",
     "jsonPredicateHints": '{"op":"isNull","children":[{"op":"column","name":"a","valueType":"int"}]}',
     "maxPartitionBytes": "64m",
     "maxFilesPerTrigger": "5",
@@ -175,6 +177,8 @@ def test_every_option_of_an_entry_point_passes_lower_cased_or_not(accepted):
     assert set(accepted.names) <= set(VALID), "give VALID a value for each new option"
     for name in accepted.names:
         base = {"path": "s.sc.t", "endpoint": VALID["endpoint"]} if name in CREDENTIAL_OPTIONS else {"path": URL}
+        if name == "asyncQueryTimeout":
+            base["asyncQuery"] = "true"  # a timeout only with an asynchronous query
         for key in (name, name.lower()):
             ReadOptions.parse({**base, key: VALID[name]}, accepted=accepted)
 

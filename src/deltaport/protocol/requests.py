@@ -37,13 +37,13 @@ QUERY_BODY_SCHEMA: dict[str, Any] = {
         "includeRefreshToken": _FLAG,
         "refreshToken": _TEXT,
         "includeHistoricalProtocol": _FLAG,
-        "idempotency_key": _TEXT,
+        "idempotencyKey": _TEXT,
     },
 }
 
 _QUERY_FIELDS = {
     *QUERY_BODY_SCHEMA["properties"],
-    "idempotencyKey",
+    "idempotency_key",  # the snake-case spelling deltaport's own clients sent before
     # declared by the protocol's proto, accepted and unused
     "queryDeltaLog",
     "requested_columns",
@@ -159,7 +159,7 @@ class QueryRequest:
             include_refresh_token=_bool(body, "includeRefreshToken"),
             refresh_token=_str(body, "refreshToken"),
             include_historical_protocol=_bool(body, "includeHistoricalProtocol"),
-            idempotency_key=_str(body, "idempotency_key") or _str(body, "idempotencyKey"),
+            idempotency_key=_str(body, "idempotencyKey") or _str(body, "idempotency_key"),
         )
         req.validate()
         return req
@@ -220,7 +220,7 @@ class QueryRequest:
             ("includeRefreshToken", self.include_refresh_token or None),
             ("refreshToken", self.refresh_token),
             ("includeHistoricalProtocol", self.include_historical_protocol or None),
-            ("idempotency_key", self.idempotency_key),
+            ("idempotencyKey", self.idempotency_key),
         )
         return orjson.dumps({k: v for k, v in pairs if v is not None})
 

@@ -68,6 +68,8 @@ READ_OPTIONS = (
     "startingTimestamp",
     "endingTimestamp",
     "responseFormat",
+    "asyncQuery",
+    "asyncQueryTimeout",
 )
 #: options only a stream reads (accepted by a batch read of the data source too, as Spark's
 #: own sources do, so one set of options can define both)
@@ -226,6 +228,23 @@ def _get(options: Mapping[str, Any], name: str) -> str | None:
     return None if value is None else str(value)
 
 
+def _async_query(options: Mapping[str, Any]) -> tuple[bool, float | None]:
+    """``asyncQuery`` (query with ``asyncquery=true`` and poll while the server plans) and
+    ``asyncQueryTimeout`` (the most to wait for it: ``600``, ``90s``, ``10m``; unset: no limit)."""
+    asynchronous = _bool(options, "asyncQuery")
+    text = _get(options, "asyncQueryTimeout")
+    if text is None:
+        return asynchronous, None
+    seconds = parse_duration(text, "asyncQueryTimeout")
+    if seconds <= 0:
+        raise InvalidParameter(f"Invalid value '{text}' for option 'asyncQueryTimeout': a positive duration")
+    if not asynchronous:
+        raise InvalidParameter(
+            "asyncQueryTimeout limits the wait for an asynchronous query: set asyncQuery=true with it"
+        )
+    return asynchronous, seconds
+
+
 def _bool(options: Mapping[str, Any], name: str) -> bool:
     value = _get(options, name)
     if value is None:
@@ -300,6 +319,8 @@ class ReadOptions:
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     open_cost_bytes: int = DEFAULT_OPEN_COST_BYTES
     version_poll_seconds: float = DEFAULT_VERSION_POLL_SECONDS
+    async_query: bool = False  # ask with asyncquery=true, poll the queryId while the server plans
+    async_query_timeout: float | None = None  # seconds; None: no limit
 
     @classmethod
     def parse(
@@ -328,6 +349,7 @@ class ReadOptions:
         max_bytes_text = _get(options, "maxBytesPerTrigger")
         poll_seconds = _poll_seconds(options)
         partition_bytes = _get(options, "maxPartitionBytes")
+        async_query, async_timeout = _async_query(options)
         return cls(
             path=url,
             credentials=credentials,
@@ -352,13 +374,21 @@ class ReadOptions:
                 else parse_size(partition_bytes, "maxPartitionBytes")
             ),
             version_poll_seconds=poll_seconds,
+            async_query=async_query,
+            async_query_timeout=async_timeout,
         )
 
     @property
     def remote(self) -> RemoteTable:
         from deltaport.spark.remote import RemoteTable
 
-        return RemoteTable(self.path, self.credentials, self.response_format)
+        return RemoteTable(
+            self.path,
+            self.credentials,
+            self.response_format,
+            async_query=self.async_query,
+            async_query_timeout=self.async_query_timeout,
+        )
 
     @property
     def time_travel(self) -> bool:

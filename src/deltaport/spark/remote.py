@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from deltaport.client import transport as client_transport
 from deltaport.client.model import Table
+from deltaport.client.progress import PlanningProgress
 from deltaport.client.reader import read_change_file
 from deltaport.client.reader import read_file as client_read_file
 from deltaport.client.renewal import UrlRenewer
@@ -58,6 +59,8 @@ class RemoteTable:
     # The server answered this read before (a stream after its first offset): a connection error
     # is then waited for with retries, not reported at once as a wrong endpoint.
     answered: bool = False
+    async_query: bool = False  # snapshots asked with asyncquery=true (options asyncQuery, asyncQueryTimeout)
+    async_query_timeout: float | None = None
 
     def open(self) -> Session:
         profile: Any = self.url.profile if self.url.profile is not None else dict(self.credentials)
@@ -65,6 +68,7 @@ class RemoteTable:
             RestClient(profile, user_agent="deltaport-spark", answered=self.answered),
             Table(self.url.table, self.url.share, self.url.schema),
             self.response_format,
+            asynchronous=(self.async_query, self.async_query_timeout),
         )
 
     @property
@@ -75,10 +79,18 @@ class RemoteTable:
 class Session:
     """One connection to the sharing server; use as a context manager."""
 
-    def __init__(self, client: RestClient, table: Table, response_format: str) -> None:
+    def __init__(
+        self,
+        client: RestClient,
+        table: Table,
+        response_format: str,
+        *,
+        asynchronous: tuple[bool, float | None] = (False, None),
+    ) -> None:
         self.client = client
         self.table = table
         self.response_format = response_format
+        self.async_query, self.async_query_timeout = asynchronous
 
     def __enter__(self) -> Session:
         return self
@@ -106,7 +118,18 @@ class Session:
         options = QueryOptions(
             json_predicate_hints=json_predicate_hints, limit_hint=limit_hint, version=version, timestamp=timestamp
         )
-        return _files(self.client.query_table(self.table, options, response_format=self.response_format))
+        if not self.async_query:
+            return _files(self.client.query_table(self.table, options, response_format=self.response_format))
+        with PlanningProgress(self.table.full_name) as planning:  # a status line on a terminal
+            result = self.client.query_table(
+                self.table,
+                options,
+                response_format=self.response_format,
+                async_query=True,
+                timeout=self.async_query_timeout,
+                on_pending=planning.update,
+            )
+        return _files(result)
 
     def commits(self, starting_version: int, ending_version: int) -> Files:
         """add/remove actions (with versions) of the commits in ``[starting, ending]``."""
