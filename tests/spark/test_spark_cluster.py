@@ -25,6 +25,7 @@ from test_spark_batch import rows_of
 
 import deltaport
 import deltaport.client as ds
+from deltaport.client.errors import ConnectionFailed
 from deltaport.spark import read_table
 from deltaport.spark.staging import StagingError
 
@@ -130,7 +131,15 @@ def same_rows(ours: pd.DataFrame, theirs: pd.DataFrame) -> None:
 class Phase:
     """What one kind of session read, and which processes fetched the shared files meanwhile."""
 
-    def __init__(self, results: dict, executors: list[str], fetches: list[tuple[int, bool]], driver_pids: set[int]):
+    def __init__(
+        self,
+        results: dict,
+        executors: list[str],
+        fetches: list[tuple[int, bool]],
+        driver_pids: set[int],
+        no_dependencies: str = "",
+    ):
+        self.no_dependencies = no_dependencies  # a classic read's error on executors without pyarrow
         self.results = results
         self.executors = executors
         self.fetches = fetches
@@ -157,7 +166,8 @@ def classic(cluster, served, workdir) -> Phase:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     report = pickle.loads(out.read_bytes())
-    return Phase(report["results"], report["executors"], served.recorder.fetches[before:], {report["pid"]})
+    fetches = served.recorder.fetches[before:]
+    return Phase(report["results"], report["executors"], fetches, {report["pid"]}, report["no_dependencies"])
 
 
 @pytest.fixture(scope="module")
@@ -281,6 +291,40 @@ def test_a_directory_read_through_connect(connect_session, served, workdir):
     url = served.url("dir")
     by_dir = read_table(connect_session, url, accessMode="dir", stagingLocation=str(workdir / "staging-dir"))
     same_rows(by_dir.toPandas(), deltaport.load_as_arrow(url).to_pandas())
+
+
+def test_executors_without_deltaports_dependencies_fail_in_one_line_naming_the_fix(classic):
+    error = classic.no_dependencies
+    assert error.startswith("StagingError: the cluster's Python workers cannot run the fetch (No module named"), error
+    assert "pip install 'deltaport[spark]'" in error and "stagingFetch=driver" in error and "\n" not in error
+
+
+def test_executors_that_cannot_reach_the_file_urls_fail_in_one_line_naming_the_fix(connect_session, workdir):
+    """The client reaches the server, the executors do not reach the file URLs it hands out (its
+    publicUrl names a closed port): the executors' error comes back as one line."""
+    from servers import RunningServer, free_port
+
+    from deltaport.server import create_app, parse_config
+
+    table = {"name": "t", "location": str(TABLES / "basic_partitioned")}
+    config = {
+        "version": 1,
+        "shares": [{"name": "s", "schemas": [{"name": "d", "tables": [table]}]}],
+        "recipients": [{"name": "r", "tokens": [TOKEN], "shares": ["s"]}],
+        "publicUrl": f"http://127.0.0.1:{free_port()}",
+    }
+    server = RunningServer(create_app(parse_config(config)))
+    profile = workdir / "unreachable.share"
+    endpoint = server.url + "/delta-sharing"
+    profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": TOKEN}))
+    try:
+        with pytest.raises(ConnectionFailed) as err:
+            read_table(connect_session, f"{profile}#s.d.t", stagingLocation=str(workdir / "staging-unreachable"))
+    finally:
+        server.stop()
+    message = str(err.value)
+    assert "could not download" in message and "the cluster's executors fetch the shared files" in message
+    assert "stagingFetch=driver" in message and "\n" not in message
 
 
 def test_a_cluster_needs_a_staging_location_it_sees(connect_session, served, tmp_path, monkeypatch):

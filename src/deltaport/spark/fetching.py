@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from deltaport.client.download import ConnectionPool, copy_url, retrying
-from deltaport.client.errors import FileDownloadError
+from deltaport.client.errors import ConnectionFailed, FileDownloadError
 from deltaport.client.model import FileAction
 from deltaport.client.reader import conform, row_mask
 from deltaport.client.renewal import UrlRenewer
@@ -242,6 +242,13 @@ def _stage_slice(
         return
     try:
         report = stage_files(open_area(location), [tasks[i] for i in indexes], threads=threads, refresh=refresh)
+    except ConnectionFailed as exc:
+        where = ConnectionFailed(
+            f"{exc}; the cluster's executors fetch the shared files, so they must reach the sharing "
+            "server's file URLs (or fetch on the driver with stagingFetch=driver)"
+        )
+        yield _report_batch(0, 0, _pickled(where))
+        return
     except Exception as exc:
         yield _report_batch(0, 0, _pickled(exc))
         return
