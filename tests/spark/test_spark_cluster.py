@@ -22,6 +22,7 @@ import pytest
 from cluster_support import ConnectServer, FetchRecorder, SparkCluster, executors_deltaport, read_all
 from conftest import TABLES
 from test_spark_batch import rows_of
+from test_spark_native import CDF_TABLES, corpus_tables, share_name
 
 import deltaport
 import deltaport.client as ds
@@ -57,6 +58,15 @@ CASES = {
     "time_travel_on_a_thread": ("history", {"versionAsOf": 3}, "thread"),
     "change_feed_on_a_thread": ("history", {"readChangeFeed": "true", "startingVersion": 2}, "thread"),
 }
+# ... and every corpus table the connector reads, as a snapshot and (where it has one) a change feed
+TABLE_NAMES.update({f"corpus_{share_name(t)}": t for t in corpus_tables()})
+CASES.update({f"corpus {t}": (f"corpus_{share_name(t)}", {}, "here") for t in corpus_tables()})
+CASES.update(
+    {
+        f"corpus {t} changes": (f"corpus_{share_name(t)}", {"readChangeFeed": "true", "startingVersion": v}, "here")
+        for t, v in CDF_TABLES.items()
+    }
+)
 
 
 class Served:
@@ -110,12 +120,20 @@ def served(workdir):
     server.stop()
 
 
+_expected: dict[str, pd.DataFrame] = {}
+
+
 def expected(served: Served, name: str) -> pd.DataFrame:
-    key, options, _ = CASES[name]
-    url = served.url(key)
-    if options.get("readChangeFeed"):
-        return ds.load_table_changes_as_arrow(url, starting_version=options["startingVersion"]).to_pandas()
-    return deltaport.load_as_arrow(url, version=options.get("versionAsOf")).to_pandas()
+    """The connector's rows of a case (read once, for both kinds of session)."""
+    if name not in _expected:
+        key, options, _ = CASES[name]
+        url = served.url(key)
+        if options.get("readChangeFeed"):
+            table = ds.load_table_changes_as_arrow(url, starting_version=options["startingVersion"])
+        else:
+            table = deltaport.load_as_arrow(url, version=options.get("versionAsOf"))
+        _expected[name] = table.to_pandas()
+    return _expected[name]
 
 
 def same_rows(ours: pd.DataFrame, theirs: pd.DataFrame) -> None:
@@ -336,4 +354,4 @@ def test_a_cluster_needs_a_staging_location_it_sees(connect_session, served, tmp
 def test_files_are_staged_whole_in_the_shared_folder(phase, workdir, request):
     kind = request.node.callspec.params["phase"]
     staged = list((workdir / f"staging-{kind}").rglob("*.parquet"))
-    assert len(staged) >= len(CASES) and not [p for p in staged if p.name.startswith(".tmp-")]
+    assert len(staged) >= len(TABLE_NAMES) and not [p for p in staged if p.name.startswith(".tmp-")]
