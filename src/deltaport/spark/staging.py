@@ -6,6 +6,9 @@ again by name, by any pipeline that shares the cache::
     <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.parquet       (the file as served)
     <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.rw.parquet    (rewritten: deletion vector
                                                                                applied, widened types cast)
+    <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.part.parquet  (only some column chunks,
+                                                                               spark/partial.py)
+    <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.footer        (the file's footer, kept)
 
 * ``table key``: a digest of the sharing endpoint, the table's three-part name and its Delta
   table id; ``file key``: a digest of the file's id, its size and its deletion vectors;
