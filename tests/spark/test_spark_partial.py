@@ -94,6 +94,25 @@ def build_table(path: Path) -> None:
     write_commit(path, 0, [{"protocol": protocol}, {"metaData": metadata}, *actions])
 
 
+WIDE = 400  # columns: the footer of 4 row groups of them is longer than the 64 KiB fetched first
+
+
+def build_wide_table(path: Path) -> None:
+    from deltaport.demo import file_stats, write_commit
+
+    rows = pa.table({f"c{i}": pa.array(np.arange(4000, dtype=np.int64) * (i + 1)) for i in range(WIDE)})
+    name = "part-00000-wide.snappy.parquet"
+    path.mkdir(parents=True)
+    pq.write_table(rows, path / name, row_group_size=1000)
+    add = {"path": name, "partitionValues": {}, "size": (path / name).stat().st_size, "modificationTime": 0}
+    add.update({"dataChange": True, "stats": file_stats(rows.select(["c0"]))})
+    fields = [{"name": f"c{i}", "type": "long", "nullable": True, "metadata": {}} for i in range(WIDE)]
+    metadata = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}}, "partitionColumns": []}
+    metadata.update({"schemaString": json.dumps({"type": "struct", "fields": fields}), "configuration": {}})
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+    write_commit(path, 0, [{"protocol": protocol}, {"metaData": metadata}, {"add": add}])
+
+
 class Storage:
     """ASGI middleware before the sharing server: counts the file GETs and the body bytes they
     were sent, and can make the storage misbehave (ignore Range, report another file size,
@@ -128,7 +147,7 @@ class Storage:
                 body = message.get("body", b"")
                 self.bytes += len(body)
                 if self.garble_tail and asked and not asked.startswith("bytes=0-") and body:
-                    message = {**message, "body": body[:-12] + b"\xff" * 8 + body[-4:]}
+                    message = {**message, "body": body[:-48] + b"\xff" * 40 + body[-8:]}  # length kept
             await send(message)
 
         await self.app(scope, receive, counting)
@@ -156,6 +175,8 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("partial")
     tables = {"many": root / "many"}
     build_table(tables["many"])
+    tables["wide"] = root / "wide"
+    build_wide_table(tables["wide"])
     tables.update({"partitioned": TABLES / "basic_partitioned", "cm_name": TABLES / "cdf-column-mapping-name-mode"})
     config = {
         "version": 1,
@@ -405,3 +426,29 @@ def test_an_unknown_column_is_one_line_naming_the_columns_before_any_fetch(spark
     assert served.storage.requests == 0 and not entries(cache, "parquet")
     frame = read_table(spark, served.url("many"), columns=["ID"], where="id < 3", stagingLocation=cache)
     assert frame.columns == ["ID"] and frame.count() == 3  # named as Spark's select names it
+
+
+def test_executors_fetch_chunks_alike_and_load_as_spark_passes_columns_and_where(spark, served, cache, tmp_path):
+    import deltaport
+
+    where = "id < 3000 AND qty > 500"
+    expected = rows(whole_read(spark, served, "many", tmp_path, ["qty"], where))
+    on_executors = read_table(
+        spark, served.url("many"), columns=["qty"], where=where, stagingLocation=cache, stagingFetch="spark"
+    )
+    assert rows(on_executors) == expected
+    assert sorted(pq.ParquetFile(e).metadata.num_row_groups for e in entries(cache, ".part.parquet")) == [0, 0, 0, 2]
+    url = served.url("many")
+    loaded = deltaport.load_as_spark(url, spark=spark, columns=["qty"], where=where, stagingLocation=cache)
+    assert loaded.columns == ["qty"] and rows(loaded) == expected
+
+
+def test_a_footer_longer_than_the_first_get_takes_a_second(spark, served, cache, tmp_path):
+    served.storage.requests = 0
+    frame = read_table(spark, served.url("wide"), columns=["c7"], where="c0 >= 3500", stagingLocation=cache)
+    assert sorted(r.c7 for r in frame.collect()) == [k * 8 for k in range(3500, 4000)]
+    (footer,) = entries(cache, ".footer")
+    assert footer.stat().st_size > TAIL
+    assert served.storage.requests == 4  # the last 64 KiB, the rest of the footer, c0 and c7 of one row group
+    (entry,) = entries(cache, ".part.parquet")
+    assert pq.ParquetFile(entry).metadata.num_row_groups == 1

@@ -127,13 +127,13 @@ class _Spool:
     """The first GET's body: kept in memory while it is a range; a store that ignores ``Range``
     sends the whole file, which then goes to the whole-file entry as it comes."""
 
-    def __init__(self, area: CacheArea, relpath: str) -> None:
-        self.area, self.relpath = area, relpath
+    def __init__(self, area: CacheArea, relpath: str, limit: int = TAIL) -> None:
+        self.area, self.relpath, self.limit = area, relpath, limit
         self.data = bytearray()
         self.file: Any = None
 
     def write(self, data: Any) -> int:
-        if self.file is None and len(self.data) + len(data) <= TAIL:
+        if self.file is None and len(self.data) + len(data) <= self.limit:
             self.data += data
         else:
             if self.file is None:
@@ -167,7 +167,7 @@ def _fetch_footer(file: Any) -> tuple[Footer | None, int]:
     size = action.size
     try:
         got, ranged = copy_range(action.url, spool, pool=pool, file_id=action.id, start=start, end=size, size=size)
-        if not ranged:
+        if not ranged or start == 0:  # the store ignored Range, or the file is small: it is all here
             return None, spool.whole(action, got)
     except BaseException:
         spool.abort()
@@ -177,9 +177,15 @@ def _fetch_footer(file: Any) -> tuple[Footer | None, int]:
     if length < 0 or length + 12 > action.size:
         raise _changed(action, "its last bytes are not a parquet footer")
     if length + 8 > len(data):
-        more = _Spool(area, relpath)
         begin = action.size - 8 - length
-        got2, _ = copy_range(action.url, more, pool=pool, file_id=action.id, start=begin, end=start, size=action.size)
+        more = _Spool(area, relpath, limit=start - begin)
+        try:
+            got2, ranged = copy_range(action.url, more, pool=pool, file_id=action.id, start=begin, end=start, size=size)
+            if not ranged:
+                return None, got + more.whole(action, got2)
+        except BaseException:
+            more.abort()
+            raise
         data, got = bytes(more.data) + data, got + got2
     raw = data[-8 - length : -8]
     try:
