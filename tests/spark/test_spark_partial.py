@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TABLES
 
-from deltaport.client.errors import FileDownloadError
+from deltaport.client.errors import FileDownloadError, UrlExpired
 from deltaport.spark import chunks, read_table, stage
 from deltaport.spark.chunks import RECORD_KEY
 from deltaport.spark.parquet_footer import I64, decode, encode, put_key_value
@@ -452,3 +452,26 @@ def test_a_footer_longer_than_the_first_get_takes_a_second(spark, served, cache,
     assert served.storage.requests == 4  # the last 64 KiB, the rest of the footer, c0 and c7 of one row group
     (entry,) = entries(cache, ".part.parquet")
     assert pq.ParquetFile(entry).metadata.num_row_groups == 1
+
+
+def test_a_refused_url_is_renewed_for_the_chunks_too(served, tmp_path):
+    import dataclasses
+
+    from deltaport.spark.chunks import Need
+    from deltaport.spark.fetching import StageTask, stage_files
+    from deltaport.spark.options import ReadOptions
+    from deltaport.spark.remote import Refresh
+    from deltaport.spark.staging import LocalArea, file_key
+
+    remote = ReadOptions.parse({"path": served.url("many")}).remote
+    with remote.open() as session:
+        action = session.snapshot().files[0]
+    forged = dataclasses.replace(action, url=action.url.replace("X-Amz-Signature=", "X-Amz-Signature=00"))
+    assert forged.url != action.url
+    task = StageTask(forged, f"t/{file_key(action.id, action.size)}.parquet", False, need=Need(("qty",)))
+    with pytest.raises(UrlExpired, match="cannot be renewed"):
+        stage_files(LocalArea(str(tmp_path / "other")), [task], threads=1, refresh=None)
+    area = LocalArea(str(tmp_path / "cache"))
+    report = stage_files(area, [task], threads=1, refresh=Refresh(remote, "snapshot", {}))
+    assert report.files == 1 and 0 < report.bytes < action.size / 2
+    assert area.size(f"t/{file_key(action.id, action.size)}.part.parquet")
