@@ -3,22 +3,25 @@
     python benchmarks/spark_read.py [--size-mb 1024] [--files 64] [--workdir .bench/spark] [--runs 3]
 
 Builds (once, reused while its parameters do not change) a Delta table of ``--files`` parquet
-files of about ``--size-mb`` in all (``id`` long, ``value`` double, ``qty`` int, ``category``
-string, one commit), and a second table over the same files whose later commit puts deletion
-vectors (1 % of rows) on 10 % of them. Both are served by ``deltaport serve`` in its own process
-on 127.0.0.1; one SparkSession (``local[2]``) runs, in the same run:
+files of about ``--size-mb`` in all (``id`` long sorted, ``value`` double, ``qty`` int,
+``category`` string, one commit, about 10 row groups per file), a second table over the same
+files whose later commit puts deletion vectors (1 % of rows) on 10 % of them, and a third of
+6 columns (``day`` date and ``note`` string more) partitioned by ``region``. All are served by
+``deltaport serve`` in its own process on 127.0.0.1; one SparkSession (``local[2]``) runs, in the
+same run, each case against ``spark.read.parquet`` of the same local files with the same query:
 
-* ``parquet``: ``spark.read.parquet`` of the same files on local disk (the peer);
-* ``staged, first read``: ``deltaport.spark.read_table`` with an empty cache (plan, fetch every
-  file over loopback, read with Spark's parquet reader);
-* ``staged, cached``: the same with the files already in the cache (plan, check, read);
-* ``staged DV table``: the table with deletion vectors, first read and cached;
-* ``deltaSharing``: the Python data source, for the record.
+* ``count+sum, first read``: ``read_table(columns=["value"])`` with an empty cache (only the
+  value chunks are fetched), then ``cached``: the same again;
+* ``filter, first read``: ``where="id < <10 %>"`` with ``columns=["id", "value"]``: ~90 % of the
+  row groups are ruled out by their statistics and not fetched;
+* ``full-row scan`` (``write.format("noop")``) and ``group-by`` over all columns, first read
+  (whole files);
+* the DV table (whole files, rewritten) and the partitioned table (count+sum, a filter on the
+  partition column, full-row scan);
+* ``deltaSharing``: the Python data source, for the record; and the fetch throughput of the
+  whole table into an empty cache, with the CPU seconds of the server process and this one.
 
-Queries: count + sum(value); a full-row scan (``write.format("noop")``); a group-by over all
-columns. Each case is run ``--runs`` times after a warm-up round and its best time kept. Fetch
-throughput is the staging of the whole table into an empty cache, with the CPU seconds the
-server process and this (driver) process spent on it.
+Each case is run ``--runs`` times after a warm-up round and its best time kept.
 """
 
 from __future__ import annotations
@@ -37,12 +40,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from serve_process import ServeProcess
 
+#: case -> (the parquet case it is compared with, the target ratio)
 TARGETS = {
-    "count+sum, first read": 2.5,
-    "count+sum, cached": 1.2,
-    "full-row scan, first read": 1.5,
-    "group-by, first read": 1.5,
+    "count+sum, first read": ("count+sum, parquet", 1.5),
+    "filter, first read": ("filter, parquet", 1.5),
+    "full-row scan, first read": ("full-row scan, parquet", 1.3),
+    "group-by, first read": ("group-by, parquet", 1.3),
+    "count+sum, cached": ("count+sum, parquet", 1.05),
+    "partitioned count+sum, first read": ("partitioned count+sum, parquet", 1.5),
+    "partitioned filter, first read": ("partitioned filter, parquet", 1.5),
+    "partitioned full-row scan, first read": ("partitioned full-row scan, parquet", 1.3),
 }
+GROUPS_PER_FILE = 10
 DV_TARGET = 1.2
 FETCH_TARGET_MB_S = 800
 BYTES_PER_ROW = 14.75  # measured for this schema with snappy (random doubles dominate)
@@ -51,7 +60,7 @@ CATEGORIES = np.array([f"category_{i:03d}" for i in range(100)])
 
 def build_table(path: Path, size_mb: int, files: int) -> dict:
     marker = path / "_bench.json"
-    wanted = {"size_mb": size_mb, "files": files, "version": 2}
+    wanted = {"size_mb": size_mb, "files": files, "version": 3}
     if marker.exists() and json.loads(marker.read_text()).get("params") == wanted:
         return json.loads(marker.read_text())
     if path.exists():
@@ -75,7 +84,8 @@ def build_table(path: Path, size_mb: int, files: int) -> dict:
             }
         )
         name = f"part-{i:05d}-{uuid.uuid4()}.c000.snappy.parquet"
-        pq.write_table(table, path / name, compression="snappy", row_group_size=1 << 20)
+        group = max(1, rows_per_file // GROUPS_PER_FILE)
+        pq.write_table(table, path / name, compression="snappy", row_group_size=group)
         size = (path / name).stat().st_size
         stats = {
             "numRecords": rows_per_file,
@@ -196,6 +206,59 @@ def build_dv_table(source: Path, path: Path, info: dict) -> dict:
     return result
 
 
+REGIONS = ("africa", "americas", "asia", "europe")
+
+
+def build_partitioned_table(path: Path, size_mb: int, files: int) -> dict:
+    """6 columns (``id``, ``value``, ``qty``, ``category``, ``day``, ``note``) in ``files`` files
+    partitioned by ``region`` (a folder per value, as Spark writes them)."""
+    from deltaport.demo import file_stats
+
+    marker = path / "_bench.json"
+    wanted = {"size_mb": size_mb, "files": files, "version": 1}
+    if marker.exists() and json.loads(marker.read_text()).get("params") == wanted:
+        return json.loads(marker.read_text())
+    shutil.rmtree(path, ignore_errors=True)
+    (path / "_delta_log").mkdir(parents=True)
+    rows_per_file = int(size_mb * (1 << 20) / files / (BYTES_PER_ROW + 6))
+    rng = np.random.default_rng(17)
+    adds, rows, value_sum, europe = [], 0, 0.0, 0
+    for i in range(files):
+        region = REGIONS[i % len(REGIONS)]
+        first = i * rows_per_file
+        values = rng.random(rows_per_file) * 1000
+        table = pa.table(
+            {
+                "id": pa.array(np.arange(first, first + rows_per_file, dtype=np.int64)),
+                "value": pa.array(values),
+                "qty": pa.array(rng.integers(0, 1000, rows_per_file, dtype=np.int32)),
+                "category": pa.array(CATEGORIES[rng.integers(0, len(CATEGORIES), rows_per_file)]),
+                "day": pa.array(rng.integers(19000, 19365, rows_per_file, dtype=np.int32)).cast(pa.date32()),
+                "note": pa.array(CATEGORIES[rng.integers(0, 10, rows_per_file)]),
+            }
+        )
+        name = f"region={region}/part-{i:05d}-{uuid.uuid4()}.c000.snappy.parquet"
+        (path / name).parent.mkdir(exist_ok=True)
+        group = max(1, rows_per_file // GROUPS_PER_FILE)
+        pq.write_table(table, path / name, compression="snappy", row_group_size=group)
+        add = {"path": name, "partitionValues": {"region": region}, "size": (path / name).stat().st_size}
+        add.update({"modificationTime": 1_700_000_000_000, "dataChange": True, "stats": file_stats(table)})
+        adds.append({"add": add})
+        rows += rows_per_file
+        value_sum += float(values.sum())
+        europe += rows_per_file if region == "europe" else 0
+    fields = [("id", "long"), ("value", "double"), ("qty", "integer"), ("category", "string"), ("day", "date")]
+    fields += [("note", "string"), ("region", "string")]
+    schema = {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields]}
+    metadata = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}}}
+    metadata.update({"schemaString": json.dumps(schema), "partitionColumns": ["region"], "configuration": {}})
+    actions = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}, {"metaData": metadata}, *adds]
+    (path / "_delta_log" / f"{0:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    info = {"params": wanted, "rows": rows, "value_sum": value_sum, "europe_rows": europe}
+    marker.write_text(json.dumps(info))
+    return info
+
+
 class Server(ServeProcess):
     """``deltaport serve`` in its own process, sharing the tables as ``b.d.<name>`` without auth."""
 
@@ -309,17 +372,19 @@ def main() -> None:
     info = build_table(table, args.size_mb, args.files)
     dv_table = workdir / f"table-{args.size_mb}mb-{args.files}-dv"
     dv_info = build_dv_table(table, dv_table, info)
+    parted = workdir / f"table-{args.size_mb}mb-{args.files}-partitioned"
+    parted_info = build_partitioned_table(parted, args.size_mb, args.files)
     print(
         f"table: {args.files} files, {info['bytes'] / (1 << 20):.0f} MiB, {info['rows']:,} rows ({table}); "
-        f"DV table: {dv_info['dv_files']} files with deletion vectors",
+        f"DV table: {dv_info['dv_files']} files with deletion vectors; partitioned: {parted_info['rows']:,} rows",
         flush=True,
     )
 
     from pyspark.sql import SparkSession
 
-    from deltaport.spark import read_table, register
+    from deltaport.spark import register
 
-    server = Server({"t": table, "dv": dv_table}, workdir)
+    server = Server({"t": table, "dv": dv_table, "p": parted}, workdir)
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("deltaport-spark-read-benchmark")
@@ -331,50 +396,87 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    cache = workdir / "staging"
     bench = Bench(args.runs)
     try:
-        url, dv_url = f"{server.profile}#b.d.t", f"{server.profile}#b.d.dv"
-        local = spark.read.parquet(str(table))
-
-        def empty_cache() -> None:
-            shutil.rmtree(cache, ignore_errors=True)
-
-        def staged(target: str):
-            return lambda query: lambda: query(read_table(spark, target, stagingLocation=str(cache)))
-
-        for query_name, query in (("count+sum", count_and_sum), ("full-row scan", full_scan), ("group-by", group_by)):
-            bench.case(f"{query_name}, parquet", lambda q=query: q(local))
-            bench.case(f"{query_name}, first read", staged(url)(query), before=empty_cache)
-        bench.case("count+sum, cached", staged(url)(count_and_sum))
-        bench.case("DV table count+sum, first read", staged(dv_url)(count_and_sum), before=empty_cache)
-        bench.case("count+sum, first read (same run as DV)", staged(url)(count_and_sum), before=empty_cache)
-        bench.case("DV table count+sum, cached", staged(dv_url)(count_and_sum))
-        fetch_line = measure_fetch(spark, url, cache, server, info["bytes"])
+        run_cases(spark, bench, server, workdir, {"t": table, "p": parted}, info)
+        fetch_line = measure_fetch(spark, f"{server.profile}#b.d.t", workdir / "staging", server, info["bytes"])
         if not args.skip_data_source:
-            shared = spark.read.format("deltaSharing").load(url)
+            shared = spark.read.format("deltaSharing").load(f"{server.profile}#b.d.t")
             bench.case("count+sum, deltaSharing (Python data source)", lambda: count_and_sum(shared))
             bench.case("full-row scan, deltaSharing (Python data source)", lambda: full_scan(shared))
     finally:
         spark.stop()
         server.stop()
-    report(bench, info, dv_info, fetch_line)
+    report(bench, info, dv_info, parted_info, fetch_line)
 
 
-def report(bench: Bench, info: dict, dv_info: dict, fetch_line: str) -> None:
+def run_cases(spark, bench: Bench, server: Server, workdir: Path, tables: dict[str, Path], info: dict) -> None:
+    """Every case against its parquet peer (same files on local disk, same query)."""
+    from deltaport.spark import read_table
+
+    cache = workdir / "staging"
+    url, dv_url, parted_url = (f"{server.profile}#b.d.{name}" for name in ("t", "dv", "p"))
+    local, parted = spark.read.parquet(str(tables["t"])), spark.read.parquet(str(tables["p"]))
+
+    def empty_cache() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    def read(target: str, **kw):
+        return read_table(spark, target, stagingLocation=str(cache), **kw)
+
+    cut = f"id < {info['rows'] // 10}"
+    europe = "region = 'europe'"
+    cases = [  # (name, deltaport's query, the parquet peer's query)
+        ("count+sum", lambda: count_and_sum(read(url, columns=["value"])), lambda: count_and_sum(local)),
+        ("filter", lambda: count_and_sum(read(url, columns=["id", "value"], where=cut)),
+         lambda: count_and_sum(local.where(cut))),
+        ("full-row scan", lambda: full_scan(read(url)), lambda: full_scan(local)),
+        ("group-by", lambda: group_by(read(url)), lambda: group_by(local)),
+        ("partitioned count+sum", lambda: count_and_sum(read(parted_url, columns=["value"])),
+         lambda: count_and_sum(parted)),
+        ("partitioned filter", lambda: count_and_sum(read(parted_url, columns=["value"], where=europe)),
+         lambda: count_and_sum(parted.where(europe))),
+        ("partitioned full-row scan", lambda: full_scan(read(parted_url)), lambda: full_scan(parted)),
+    ]  # fmt: skip
+    for name, ours, peer in cases:
+        bench.case(f"{name}, parquet", peer)
+        bench.case(f"{name}, first read", ours, before=empty_cache)
+        if name == "count+sum":
+            bench.case("count+sum, cached", ours)
+    bench.case("DV table count+sum, first read", lambda: count_and_sum(read(dv_url)), before=empty_cache)
+    bench.case("count+sum, first read (same run as DV)", lambda: count_and_sum(read(url)), before=empty_cache)
+    bench.case("DV table count+sum, cached", lambda: count_and_sum(read(dv_url)))
+
+
+def check(bench: Bench, info: dict, dv_info: dict, parted_info: dict) -> None:
+    """Every case answered what the tables hold."""
+    expected = {
+        "count+sum": (info["rows"], info["value_sum"]),
+        "DV table": (dv_info["rows"], dv_info["value_sum"]),
+        "partitioned count+sum": (parted_info["rows"], parted_info["value_sum"]),
+    }
     for name, result in bench.results.items():
-        if name.startswith("count+sum"):
-            assert result[0] == info["rows"], (name, result)
-            assert abs(result[1] - info["value_sum"]) <= 1e-6 * abs(info["value_sum"]), (name, result)
-        if name.startswith("DV table"):
-            assert result[0] == dv_info["rows"], (name, result)
-            assert abs(result[1] - dv_info["value_sum"]) <= 1e-6 * abs(dv_info["value_sum"]), (name, result)
+        key = next((k for k in sorted(expected, key=len, reverse=True) if name.startswith(k)), None)
+        if key is not None:
+            rows, total = expected[key]
+            assert result[0] == rows and abs(result[1] - total) <= 1e-6 * abs(total), (name, result)
+        if name.startswith("filter"):
+            assert result[0] == info["rows"] // 10, (name, result)
+        if name.startswith("partitioned filter"):
+            assert result[0] == parted_info["europe_rows"], (name, result)
+
+
+def report(bench: Bench, info: dict, dv_info: dict, parted_info: dict, fetch_line: str) -> None:
+    check(bench, info, dv_info, parted_info)
     for name, values in bench.times.items():
         print(f"{name:>52}: best {min(values):6.2f} s   runs {', '.join(f'{v:.2f}' for v in values)}")
-    for name, target in TARGETS.items():
-        peer = bench.best(name.split(",")[0] + ", parquet")
-        ratio = bench.best(name) / peer
-        print(f"{name:>40} / parquet = {ratio:5.2f}x  ({'meets' if ratio <= target else 'misses'} <= {target}x)")
+    for name, (peer, target) in TARGETS.items():
+        ours, theirs = bench.best(name), bench.best(peer)
+        verdict = "meets" if ours / theirs <= target else "misses"
+        print(
+            f"{name:>40}: deltaport {ours:6.2f} s, parquet {theirs:6.2f} s = {ours / theirs:5.2f}x "
+            f"({verdict} <= {target}x)"
+        )
     dv_ratio = bench.best("DV table count+sum, first read") / bench.best("count+sum, first read (same run as DV)")
     dv_cached = bench.best("DV table count+sum, cached") / bench.best("count+sum, cached")
     print(

@@ -601,6 +601,10 @@ def test_spark_staged_block(reading, world, spark, tmp_path):
     eu = step(steps, "df = deltaport.spark.read_table(spark, url, where=").bound["df"].collect()
     assert {r.region for r in eu} == {"EU"}
     assert sorted(r.order_id for r in eu) == sorted(r["order_id"] for r in latest.to_pylist() if r["region"] == "EU")
+    fewer = step(steps, "eu = deltaport.spark.read_table(spark, url, columns=").bound["eu"]
+    assert fewer.columns == ["order_id", "amount"]
+    expected = sorted((r["order_id"], r["amount"]) for r in latest.to_pylist() if r["amount"] > 10)
+    assert expected and sorted((r.order_id, r.amount) for r in fewer.collect()) == expected
 
 
 @covers(SPARK_SOURCE)

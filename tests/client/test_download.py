@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from deltaport.client.download import ConnectionPool, Transient, copy_url, download, retrying
+from deltaport.client.download import ConnectionPool, Transient, copy_range, copy_url, download, retrying
 from deltaport.client.errors import ConnectionFailed, FileDownloadError, IncompleteResponse, UrlExpired
 from deltaport.client.renewal import MAX_ATTEMPTS, UrlRenewer
 from deltaport.client.rest import RestClient
@@ -29,11 +29,11 @@ FAST = RetryPolicy(max_retries=3, initial_backoff=0.001, max_backoff=0.01)
 
 
 class Front:
-    """Forwards ``/<path>?<query>`` to ``upstream``; answers ``script`` [(status, body), ...] first."""
+    """Forwards ``/<path>?<query>`` to ``upstream``; answers ``script`` [(status, body[, headers]), ...] first."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
-        self.script: list[tuple[int, bytes]] = []
+        self.script: list[tuple] = []
         self.seen: list[dict] = []  # headers of each request, lower-cased
         self.statuses: list[int] = []  # the status each request was answered with
         front = self
@@ -46,14 +46,20 @@ class Front:
 
             def do_GET(self) -> None:
                 front.seen.append({k.lower(): v for k, v in self.headers.items()})
+                extra: dict[str, str] = {}
                 if front.script:
-                    status, body = front.script.pop(0)
+                    status, body, *more = front.script.pop(0)
+                    extra = more[0] if more else {}
                 else:
                     headers = {k: v for k, v in self.headers.items() if k.lower() == "range"}
                     answer = httpx.get(front.upstream + self.path, headers=headers, timeout=30)
                     status, body = answer.status_code, answer.content
+                    if "content-range" in answer.headers:
+                        extra = {"Content-Range": answer.headers["content-range"]}
                 front.statuses.append(status)
                 self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -121,6 +127,41 @@ def test_a_store_that_ignores_range_still_gives_the_range(file_action, front, ht
     whole = download(file_action.url, http)
     front.script = [(200, whole)]
     assert download(front.via(file_action.url), http, byte_range=(7, 9)) == whole[7:16]
+
+
+def _copy_range(url: str, action, start: int, end: int, size: int | None = None) -> tuple[bytes, bool]:
+    out = io.BytesIO()
+    pool = ConnectionPool()
+    try:
+        got, ranged = copy_range(url, out, pool=pool, file_id=action.id, start=start, end=end, size=size or action.size)
+    finally:
+        pool.close()
+    assert got == len(out.getvalue())
+    return out.getvalue(), ranged
+
+
+def test_a_range_is_streamed_and_its_content_range_checked(file_action, front, http):
+    whole = download(file_action.url, http)
+    assert _copy_range(front.via(file_action.url), file_action, 10, 110) == (whole[10:110], True)
+    assert front.seen[-1]["range"] == "bytes=10-109" and front.statuses[-1] == 206
+    tail = file_action.size - 64
+    assert _copy_range(front.via(file_action.url), file_action, tail, file_action.size) == (whole[tail:], True)
+
+
+def test_a_store_that_ignores_range_sends_the_whole_file_and_says_so(file_action, front, http):
+    whole = download(file_action.url, http)
+    front.script = [(200, whole)]
+    assert _copy_range(front.via(file_action.url), file_action, 10, 110) == (whole, False)
+
+
+def test_a_file_of_another_size_than_listed_is_one_line_naming_the_fix(file_action, front):
+    with pytest.raises(FileDownloadError) as caught:
+        _copy_range(front.via(file_action.url), file_action, 0, 10, size=file_action.size + 1)
+    assert "changed after it was listed" in str(caught.value) and "read the table again" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    front.script = [(206, b"x" * 10, {"Content-Range": "bytes 5-14/" + str(file_action.size)})]
+    with pytest.raises(FileDownloadError, match="where 0-9 were asked"):
+        _copy_range(front.via(file_action.url), file_action, 0, 10)
 
 
 @pytest.mark.parametrize("fetch", ["download", "copy"])

@@ -7,8 +7,11 @@ inside executors, so nothing heavy is imported here) and the Python data source.
 - :class:`ConnectionPool`: keep-alive ``http.client`` connections per (scheme, host, port),
   shared between threads; a kept-alive connection the peer had closed is replaced once.
   :class:`~deltaport.client.transport.FileTransport` puts the httpx API on top of it.
-- :func:`download` (a whole file or a ``Range: bytes=a-b`` of it, through an httpx client) and
-  :func:`copy_url` (a whole file streamed into a writer in large chunks, for the staging cache).
+- :func:`download` (a whole file or a ``Range: bytes=a-b`` of it, through an httpx client),
+  :func:`copy_url` (a whole file streamed into a writer in large chunks, for the staging cache)
+  and :func:`copy_range` (a byte range of a file streamed alike, its ``Content-Range`` checked
+  against the file's listed size; a store that ignores ``Range`` sends the whole file, and says
+  so by its status).
 - :func:`retrying`: the :class:`~deltaport.client.retry.RetryPolicy` applied to one file:
   HTTP 429/5xx and connection errors are retried with backoff (``Retry-After`` honoured).
 - :func:`status_error`: a storage's HTTP status as the error to raise. A refused URL (401/403,
@@ -39,6 +42,7 @@ __all__ = [
     "DEFAULT_DOWNLOAD_RETRY",
     "ConnectionPool",
     "Transient",
+    "copy_range",
     "copy_url",
     "describe",
     "download",
@@ -300,11 +304,18 @@ def download(
     return retrying(once, retry, what=f"file {file_id}" if file_id else describe(url), url=url, file_id=file_id)
 
 
-def _copy_via_proxy(url: str, out: Any, file_id: str, timeout: float) -> int:
+def _copy_via_proxy(
+    url: str, out: Any, file_id: str, timeout: float, span: tuple[int, int, int] | None = None
+) -> tuple[int, int]:
+    """:func:`copy_url` (or, with ``span`` = (start, end, size), :func:`copy_range`) through httpx,
+    which applies the environment's proxy; returns (bytes written, status)."""
     written = 0
+    headers = {"Range": f"bytes={span[0]}-{span[1] - 1}"} if span else {}
     try:
-        with httpx.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
-            if response.status_code != 200:
+        with httpx.stream("GET", url, headers=headers, timeout=timeout, follow_redirects=True) as response:
+            if span and response.status_code == 206:
+                _check_content_range(response.headers.get("Content-Range"), *span, file_id)
+            elif response.status_code != 200:
                 body = response.read()
                 if is_retryable_status(response.status_code):
                     raise _transient_status(response.status_code, response.headers, body)
@@ -314,7 +325,7 @@ def _copy_via_proxy(url: str, out: Any, file_id: str, timeout: float) -> int:
                 written += len(chunk)
     except httpx.TransportError as exc:
         raise Transient(f"{type(exc).__name__}: {exc}") from exc
-    return written
+    return written, response.status_code
 
 
 def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
@@ -323,7 +334,7 @@ def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
     :func:`status_error`'s errors, or :class:`Transient` (see :func:`retrying`)."""
     key, target = _key_and_target(url)
     if pool.proxied(key[0], key[1]):
-        return _copy_via_proxy(url, out, file_id, pool.timeout)
+        return _copy_via_proxy(url, out, file_id, pool.timeout)[0]
     try:
         conn, response = pool.send("GET", key, target, [("Accept-Encoding", "identity")])
     except httpx.TransportError as exc:
@@ -351,3 +362,72 @@ def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
             raise _transient_status(response.status, response.getheaders(), body)
         raise status_error(response.status, body, url=url, file_id=file_id)
     return written
+
+
+def _changed(file_id: str, got: str, size: int) -> FileDownloadError:
+    return FileDownloadError(
+        f"file {file_id}: the storage answered a range of a file of {got} bytes where the server's "
+        f"answer says {size}: the file changed after it was listed; read the table again",
+        http_status=400,
+        file_id=file_id,
+    )
+
+
+def _check_content_range(header: str | None, start: int, end: int, size: int, file_id: str) -> None:
+    """``Content-Range: bytes a-b/total`` must be the range asked of a file of ``size`` bytes."""
+    unit, _, rest = (header or "").partition(" ")
+    span, _, total = rest.partition("/")
+    first, _, last = span.partition("-")
+    if unit.strip().lower() != "bytes" or total.strip() != str(size):
+        raise _changed(file_id, total.strip() or "unknown", size)
+    if first.strip() != str(start) or last.strip() != str(end - 1):
+        raise FileDownloadError(
+            f"file {file_id}: the storage answered bytes {span.strip()} where {start}-{end - 1} were asked; "
+            "read the table again",
+            http_status=502,
+            file_id=file_id,
+        )
+
+
+def copy_range(
+    url: str, out: Any, *, pool: ConnectionPool, file_id: str, start: int, end: int, size: int
+) -> tuple[int, bool]:
+    """GET bytes ``start``..``end - 1`` of ``url`` (a file of ``size`` bytes, as listed) streamed into
+    ``out`` like :func:`copy_url`; returns (bytes written, whether the answer was the range). A
+    store that ignores ``Range`` answers 200 with the whole file: it is streamed into ``out`` and
+    the second value is False. A ``Content-Range`` whose total is not ``size`` raises (the file
+    changed after it was listed); statuses as :func:`copy_url`."""
+    key, target = _key_and_target(url)
+    if pool.proxied(key[0], key[1]):
+        written, status = _copy_via_proxy(url, out, file_id, pool.timeout, (start, end, size))
+        return written, status == 206
+    headers = [("Accept-Encoding", "identity"), ("Range", f"bytes={start}-{end - 1}")]
+    try:
+        conn, response = pool.send("GET", key, target, headers)
+    except httpx.TransportError as exc:
+        raise Transient(f"{type(exc).__name__}: {exc}") from exc
+    body: bytes | None = None
+    written = 0
+    try:
+        if response.status not in (200, 206):
+            body = response.read()
+        else:
+            if response.status == 206:
+                _check_content_range(response.getheader("Content-Range"), start, end, size, file_id)
+            while chunk := response.read(CHUNK):
+                out.write(chunk)
+                written += len(chunk)
+            if response.length:
+                raise http.client.IncompleteRead(b"", response.length)
+    except (http.client.HTTPException, OSError) as exc:
+        conn.close()
+        raise Transient(f"{type(exc).__name__}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    pool.release(key, conn, response)
+    if body is not None:
+        if is_retryable_status(response.status):
+            raise _transient_status(response.status, response.getheaders(), body)
+        raise status_error(response.status, body, url=url, file_id=file_id)
+    return written, response.status == 206

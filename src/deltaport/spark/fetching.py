@@ -8,7 +8,8 @@ whose tasks each stage their share of the files when a cluster runs the pipeline
 session and through Spark Connect; the driver's deltaport is shipped to the executors' Python
 as a zip, their Python needs only deltaport's dependencies). A file with a deletion vector is
 rewritten without its deleted rows as it is staged (once per file and DV), so that Spark reads
-it like any other.
+it like any other. A task with a ``need`` fetches only the footer and the column chunks the
+query needs (:mod:`deltaport.spark.partial`), through the same threads, retries and renewals.
 
 Failures (:mod:`deltaport.client.download`): 429/5xx and dropped connections are retried with
 backoff; a refused URL (expired) is renewed by asking the server for the file list again; a body
@@ -47,6 +48,8 @@ from deltaport.client.renewal import UrlRenewer
 from deltaport.client.retry import RetryPolicy
 from deltaport.client.spark_session import is_connect
 from deltaport.client.transport import file_http_client
+from deltaport.spark.chunks import Need
+from deltaport.spark.partial import stage_needed
 from deltaport.spark.remote import Refresh, renewer_for
 from deltaport.spark.staging import CacheArea, StagingError, open_area
 
@@ -63,6 +66,7 @@ class StageTask:
     relpath: str
     rewrite: bool  # rewrite the file while staging: deletion vector(s) applied, widened columns cast
     widened: tuple[tuple[str, pa.DataType], ...] = ()  # (column in the file, the table's type now)
+    need: Need | None = None  # only these columns and row groups (spark/partial.py); not with rewrite
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,8 @@ def _rewrite(data: memoryview, task: StageTask, action: FileAction, http: httpx.
 
 
 def _write_once(area: CacheArea, task: StageTask, action: FileAction, http: httpx.Client, pool: ConnectionPool) -> int:
+    if task.need is not None and not task.rewrite:
+        return stage_needed(area, task.relpath, action, task.need, pool)
     write = area.write(task.relpath)
     try:
         if task.rewrite:

@@ -35,9 +35,12 @@ from deltaport.client.schema import ColumnSpec, TableInfo, parse_partition_value
 from deltaport.client.sharing import change_feed_options
 from deltaport.client.spark_session import active_session, is_connect
 from deltaport.errors import DeltaportError, UnsupportedOperation
+from deltaport.spark.chunks import Need
 from deltaport.spark.directory import access_mode, stage_by_directory
 from deltaport.spark.fetching import StageReport, StageTask, stage_files, stage_on_executors
 from deltaport.spark.options import READ_TABLE, ReadOptions, StagingOptions
+from deltaport.spark.partial import covered, footer_relpath, part_relpath
+from deltaport.spark.projection import checked_columns, need_of
 from deltaport.spark.remote import Refresh, batch_request
 from deltaport.spark.staging import (
     CacheArea,
@@ -144,7 +147,7 @@ def _widened(table: TableInfo) -> tuple[tuple[str, Any], ...]:
     )
 
 
-def _tasks(plan: _Plan, table_folder: str) -> list[StageTask]:
+def _tasks(plan: _Plan, table_folder: str, need: Need | None = None) -> list[StageTask]:
     widened = _widened(plan.table)
     tasks = []
     for action in plan.files:
@@ -152,7 +155,7 @@ def _tasks(plan: _Plan, table_folder: str) -> list[StageTask]:
         key = file_key(action.id, action.size, action.deletion_vector, action.paired_deletion_vector, action.paired)
         name = f"{key}.rw.parquet" if rewrite else f"{key}.parquet"
         relpath = "/".join(p for p in (table_folder, _folders(plan, action), name) if p)
-        tasks.append(StageTask(action, relpath, rewrite, widened))
+        tasks.append(StageTask(action, relpath, rewrite, widened, None if rewrite else need))
     return tasks
 
 
@@ -182,18 +185,35 @@ def _missing(area: CacheArea, tasks: Sequence[StageTask]) -> list[StageTask]:
     for task in tasks:
         if area.valid(task.relpath, None if task.rewrite else task.action.size):
             hits.append(task.relpath)
+        elif task.need is not None and covered(area, task.relpath, task.action.size, task.need):
+            hits += [part_relpath(task.relpath), footer_relpath(task.relpath)]
         else:
             missing.append(task)
     area.touch(hits)
     return missing
 
 
-def _stage(spark: Any, plan: _Plan, staging: StagingOptions) -> tuple[CacheArea, str, list[StageTask], StageReport]:
+def _read_paths(area: CacheArea, tasks: Sequence[StageTask]) -> list[str]:
+    """The entry Spark reads for each task: the whole file when it is staged, else the compact one."""
+    return [
+        task.relpath if task.need is None or area.valid(task.relpath, task.action.size) else part_relpath(task.relpath)
+        for task in tasks
+    ]
+
+
+def _kept(tasks: Sequence[StageTask]) -> list[str]:
+    kept = [t.relpath for t in tasks]
+    return kept + [f(t.relpath) for t in tasks if t.need is not None for f in (part_relpath, footer_relpath)]
+
+
+def _stage(
+    spark: Any, plan: _Plan, staging: StagingOptions, need: Need | None = None
+) -> tuple[CacheArea, str, list[str], StageReport]:
     area = open_area(staging.location)
     area.check_writable()
     mode = _fetch_mode(spark, staging, area)
     table_folder = table_key(plan.endpoint, plan.refresh.remote.name, plan.table.metadata.id)
-    tasks = _tasks(plan, table_folder)
+    tasks = _tasks(plan, table_folder, need)
     missing = _missing(area, tasks)
     if mode == "spark":
         location = staging.location or area.root
@@ -205,9 +225,9 @@ def _stage(spark: Any, plan: _Plan, staging: StagingOptions) -> tuple[CacheArea,
         max_bytes=staging.cache_max_bytes,
         max_age_seconds=staging.cache_max_age_seconds,
         grace_seconds=staging.cache_grace_seconds,
-        keep=[t.relpath for t in tasks],
+        keep=_kept(tasks),
     )
-    return area, table_folder, tasks, report
+    return area, table_folder, _read_paths(area, tasks), report
 
 
 # --- the DataFrame ----------------------------------------------------------------------------------
@@ -272,12 +292,12 @@ def _logical_columns(spark: Any, plan: _Plan, logical: Any, physical: Any) -> li
     return columns
 
 
-def _dataframe(spark: Any, plan: _Plan, area: CacheArea, tasks: Sequence[StageTask], table_folder: str) -> Any:
+def _dataframe(spark: Any, plan: _Plan, area: CacheArea, relpaths: Sequence[str], table_folder: str) -> Any:
     read_schema, logical, physical = _read_schema(plan)
     reader = spark.read.schema(read_schema)
-    if tasks:
+    if relpaths:
         reader = reader.option("basePath", area.uri(table_folder))
-    frame = reader.parquet(*[area.uri(t.relpath) for t in tasks])
+    frame = reader.parquet(*[area.uri(relpath) for relpath in relpaths])
     return frame.select(*_logical_columns(spark, plan, logical, physical))
 
 
@@ -299,7 +319,9 @@ def _json_hints(options: Mapping[str, Any], where: str | None) -> str | None:
         return None  # a condition the wire cannot say: Spark alone applies it
 
 
-def stage(spark: Any, url: str, *, where: str | None = None, **options: Any) -> Staged:
+def stage(
+    spark: Any, url: str, *, columns: Sequence[str] | None = None, where: str | None = None, **options: Any
+) -> Staged:
     """:func:`read_table`, also telling how many files were fetched and how many were cached."""
     options = dict(options)
     asked = access_mode(options)
@@ -309,14 +331,24 @@ def stage(spark: Any, url: str, *, where: str | None = None, **options: Any) -> 
     )
     read.check_batch()
     staging = StagingOptions.parse(options)
-    staged = _staged_by_urls(spark, read, staging, _json_hints(options, where), asked)
+    staged = _staged_by_urls(spark, read, staging, _json_hints(options, where), asked, columns, where)
+    frame = staged.dataframe
     if where is not None:
-        staged = dataclasses.replace(staged, dataframe=staged.dataframe.where(where))
-    return staged
+        frame = frame.where(where)
+    if columns is not None:
+        checked_columns(columns, frame.columns)
+        frame = frame.select(*[_functions(spark).col(_quoted(c)) for c in columns])  # as Spark names them
+    return dataclasses.replace(staged, dataframe=frame)
 
 
 def _staged_by_urls(
-    spark: Any, read: ReadOptions, staging: StagingOptions, hints: str | None, asked: str | None
+    spark: Any,
+    read: ReadOptions,
+    staging: StagingOptions,
+    hints: str | None,
+    asked: str | None,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
 ) -> Staged:
     """Staged from the files the server lists; by directory (directory.py) when that is asked, or
     when the table offers only directory access."""
@@ -328,11 +360,18 @@ def _staged_by_urls(
         with read.remote.open() as session:
             directory_only(session.client, session.table, asked, refused)
         return Staged(*stage_by_directory(spark, read, staging, asked))
-    area, table_folder, tasks, report = _stage(spark, plan, staging)
-    return Staged(_dataframe(spark, plan, area, tasks, table_folder), len(tasks), report, area.root)
+    names = [spec.name for spec in plan.table.columns]
+    if plan.change_feed:
+        names += ["_change_type", "_commit_version", "_commit_timestamp"]
+    columns = checked_columns(columns, names)
+    need = None if plan.change_feed else need_of(plan.table, columns, where)
+    area, table_folder, relpaths, report = _stage(spark, plan, staging, need)
+    return Staged(_dataframe(spark, plan, area, relpaths, table_folder), len(relpaths), report, area.root)
 
 
-def read_table(spark: Any, url: str, *, where: str | None = None, **options: Any) -> Any:
+def read_table(
+    spark: Any, url: str, *, columns: Sequence[str] | None = None, where: str | None = None, **options: Any
+) -> Any:
     """A shared table as a DataFrame read by Spark's own parquet reader.
 
     ``url`` is ``<profile-file>#<share>.<schema>.<table>``. Options are those of
@@ -350,13 +389,20 @@ def read_table(spark: Any, url: str, *, where: str | None = None, **options: Any
       (per fetching process, default 4).
 
     ``where`` (a Spark SQL condition) is sent to the server as a predicate hint where it can
-    be, and applied to the rows.
+    be, and applied to the rows. ``columns`` (logical names, partition columns too): the
+    DataFrame has only these, in this order (it is ``full.where(where).select(columns)``).
+
+    With ``columns`` and/or ``where``, each file is staged as only what the query needs: its
+    footer and the column chunks of the named columns and of those the ``where`` mentions, in
+    the row groups whose statistics the ``where`` cannot rule out (spark/partial.py); a later
+    query fetches only the chunks the cache does not hold yet. Without either, whole files.
+    Change feeds, files with deletion vectors and widened columns are staged whole.
 
     ``accessMode``: ``dir`` reads a table offered for directory access with delta-rs under the
     temporary credentials the server vends, staged as parquet (spark/directory.py); ``url`` by
     file URLs; unset, by file URLs unless the table offers only directory access.
     """
-    return stage(spark, url, where=where, **options).dataframe
+    return stage(spark, url, columns=columns, where=where, **options).dataframe
 
 
 def _profile_options(url: str, profile: Any) -> dict[str, str]:
@@ -385,18 +431,20 @@ def load_as_spark(
     delta_sharing_profile: Any = None,
     *,
     spark: Any = None,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
     **options: Any,
 ) -> Any:
     """The official connector's ``load_as_spark``, read by Spark's own parquet reader
-    (see :func:`read_table` for the staging options). ``spark``: the session; by default the
-    thread's active session, else the process's default one."""
+    (see :func:`read_table` for the staging options, ``columns`` and ``where``). ``spark``: the
+    session; by default the thread's active session, else the process's default one."""
     spark = active_session("load_as_spark", spark)
     options = {**_profile_options(url, delta_sharing_profile), **options}
     if version is not None:
         options["versionAsOf"] = version
     if timestamp is not None:
         options["timestampAsOf"] = timestamp
-    return read_table(spark, url, **options)
+    return read_table(spark, url, columns=columns, where=where, **options)
 
 
 def load_table_changes_as_spark(
@@ -408,11 +456,13 @@ def load_table_changes_as_spark(
     delta_sharing_profile: Any = None,
     *,
     spark: Any = None,
+    columns: Sequence[str] | None = None,
+    where: str | None = None,
     **options: Any,
 ) -> Any:
     """The official connector's ``load_table_changes_as_spark``, read by Spark's own parquet reader
-    (``spark`` as in :func:`load_as_spark`)."""
+    (``spark``, ``columns`` and ``where`` as in :func:`load_as_spark`)."""
     spark = active_session("load_table_changes_as_spark", spark)
     changes = change_feed_options(starting_version, ending_version, starting_timestamp, ending_timestamp)
     options = {**_profile_options(url, delta_sharing_profile), **options, **changes}
-    return read_table(spark, url, **options)
+    return read_table(spark, url, columns=columns, where=where, **options)

@@ -6,6 +6,9 @@ again by name, by any pipeline that shares the cache::
     <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.parquet       (the file as served)
     <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.rw.parquet    (rewritten: deletion vector
                                                                                applied, widened types cast)
+    <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.part.parquet  (only some column chunks,
+                                                                               spark/partial.py)
+    <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.footer        (the file's footer, kept)
 
 * ``table key``: a digest of the sharing endpoint, the table's three-part name and its Delta
   table id; ``file key``: a digest of the file's id, its size and its deletion vectors;
@@ -134,6 +137,8 @@ class CacheArea(Protocol):
     def uri(self, relpath: str) -> str: ...
     def check_writable(self) -> None: ...
     def valid(self, relpath: str, size: int | None) -> bool: ...
+    def size(self, relpath: str) -> int | None: ...
+    def read(self, relpath: str, offset: int, length: int) -> bytes: ...
     def write(self, relpath: str) -> AtomicWrite: ...
     def touch(self, relpaths: Iterable[str]) -> None: ...
     def entries(self) -> Iterator[Entry]: ...
@@ -279,6 +284,19 @@ class LocalArea:
         except OSError:
             return False
 
+    def size(self, relpath: str) -> int | None:
+        """The entry's size, None when there is none."""
+        try:
+            return os.stat(os.path.join(self.base, relpath)).st_size
+        except OSError:
+            return None
+
+    def read(self, relpath: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of the entry from ``offset`` (fewer at its end); OSError when it is gone."""
+        with open(os.path.join(self.base, relpath), "rb") as f:
+            f.seek(offset)
+            return f.read(length)
+
     def write(self, relpath: str) -> _LocalWrite:
         return _LocalWrite(self, relpath)
 
@@ -388,6 +406,19 @@ class ArrowArea:
                 return _footer_ok(f.read_at(8, max(0, info.size - 8)), info.size)
         except OSError:
             return False
+
+    def size(self, relpath: str) -> int | None:
+        from pyarrow import fs as pafs
+
+        try:
+            info = self.fs.get_file_info(self.path(relpath))
+        except OSError:
+            return None
+        return info.size if info.type == pafs.FileType.File else None
+
+    def read(self, relpath: str, offset: int, length: int) -> bytes:
+        with self.fs.open_input_file(self.path(relpath)) as f:
+            return f.read_at(length, offset)
 
     def write(self, relpath: str) -> _ArrowWrite:
         return _ArrowWrite(self, relpath)

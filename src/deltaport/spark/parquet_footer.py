@@ -1,0 +1,269 @@
+"""Parquet footers as trees: a generic thrift compact-protocol codec, and the footer of a compact entry.
+
+:func:`decode` turns thrift compact-protocol bytes into a :class:`Struct` of :class:`Field`
+(field id, wire type, value); :func:`encode` writes such a tree back, byte for byte what a
+standard writer (parquet-mr, parquet-cpp) wrote. Nothing here knows Parquet but the helpers at
+the end, which name the few fields of ``FileMetaData`` a compact staging entry rewrites
+(parquet.thrift: FileMetaData, RowGroup, ColumnChunk, ColumnMetaData, KeyValue).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Field", "FooterError", "Struct", "TList", "TMap", "decode", "encode"]
+
+STOP, TRUE, FALSE, BYTE, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT = range(13)
+_INTEGERS = (I16, I32, I64)
+
+
+class FooterError(ValueError):
+    """Bytes that are not a thrift compact-protocol struct."""
+
+
+@dataclass
+class TList:
+    elem: int
+    items: list[Any]
+
+
+@dataclass
+class TMap:
+    key: int
+    value: int
+    items: list[tuple[Any, Any]]
+
+
+@dataclass
+class Field:
+    id: int
+    type: int  # TRUE or FALSE for booleans (the value says which)
+    value: Any
+
+
+@dataclass
+class Struct:
+    fields: list[Field] = field(default_factory=list)
+
+    def get(self, fid: int, default: Any = None) -> Any:
+        return next((f.value for f in self.fields if f.id == fid), default)
+
+    def put(self, fid: int, wire: int, value: Any) -> None:
+        """Set field ``fid`` (added in id order when absent)."""
+        for f in self.fields:
+            if f.id == fid:
+                f.type, f.value = wire, value
+                return
+        self.fields.append(Field(fid, wire, value))
+        self.fields.sort(key=lambda f: f.id)
+
+    def drop(self, *fids: int) -> None:
+        self.fields = [f for f in self.fields if f.id not in fids]
+
+
+# --- decoding ---------------------------------------------------------------------------------------
+
+
+class _Reader:
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+
+    def byte(self) -> int:
+        if self.pos >= len(self.data):
+            raise FooterError("the footer ends in the middle of a value")
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def varint(self) -> int:
+        shift = result = 0
+        while True:
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 70:
+                raise FooterError("a varint longer than 10 bytes")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise FooterError("the footer ends in the middle of a value")
+        out = bytes(self.data[self.pos : self.pos + n])
+        self.pos += n
+        return out
+
+    def value(self, wire: int, depth: int) -> Any:
+        if depth > 64:
+            raise FooterError("structs nested too deep")
+        if wire in (TRUE, FALSE):
+            return self.byte() == TRUE  # inside a list or map: one byte
+        if wire == BYTE:
+            return self.byte()
+        if wire in _INTEGERS:
+            return self.zigzag()
+        if wire == DOUBLE:
+            return struct.unpack("<d", self.take(8))[0]
+        if wire == BINARY:
+            return self.take(self.varint())
+        if wire in (LIST, SET):
+            return self.list(depth)
+        if wire == MAP:
+            return self.map(depth)
+        if wire == STRUCT:
+            return self.struct(depth + 1)
+        raise FooterError(f"unknown thrift compact type {wire}")
+
+    def list(self, depth: int) -> TList:
+        head = self.byte()
+        size = head >> 4
+        if size == 15:
+            size = self.varint()
+        elem = head & 0x0F
+        return TList(elem, [self.value(elem, depth + 1) for _ in range(size)])
+
+    def map(self, depth: int) -> TMap:
+        size = self.varint()
+        if size == 0:
+            return TMap(0, 0, [])
+        kinds = self.byte()
+        key, val = kinds >> 4, kinds & 0x0F
+        return TMap(key, val, [(self.value(key, depth + 1), self.value(val, depth + 1)) for _ in range(size)])
+
+    def struct(self, depth: int) -> Struct:
+        out, last = Struct(), 0
+        while True:
+            head = self.byte()
+            wire = head & 0x0F
+            if wire == STOP:
+                return out
+            delta = head >> 4
+            fid = last + delta if delta else self.zigzag()
+            value = wire == TRUE if wire in (TRUE, FALSE) else self.value(wire, depth)
+            out.fields.append(Field(fid, wire, value))
+            last = fid
+
+
+def decode(data: bytes | memoryview) -> Struct:
+    """The struct at the start of ``data`` (a Parquet footer: its FileMetaData)."""
+    try:
+        return _Reader(data).struct(0)
+    except (FooterError, struct.error) as exc:
+        raise FooterError(f"not a parquet footer: {exc}") from None
+
+
+# --- encoding ---------------------------------------------------------------------------------------
+
+
+def _varint(n: int, out: bytearray) -> None:
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _zigzag(n: int, out: bytearray) -> None:
+    _varint((n << 1) ^ (n >> 63) if n < 0 else n << 1, out)
+
+
+def _value(wire: int, value: Any, out: bytearray) -> None:
+    if wire in (TRUE, FALSE):
+        out.append(TRUE if value else FALSE)
+    elif wire == BYTE:
+        out.append(value & 0xFF)
+    elif wire in _INTEGERS:
+        _zigzag(value, out)
+    elif wire == DOUBLE:
+        out += struct.pack("<d", value)
+    elif wire == BINARY:
+        _varint(len(value), out)
+        out += value
+    elif wire in (LIST, SET):
+        _list(value, out)
+    elif wire == MAP:
+        _map(value, out)
+    elif wire == STRUCT:
+        _struct(value, out)
+    else:
+        raise FooterError(f"unknown thrift compact type {wire}")
+
+
+def _list(value: TList, out: bytearray) -> None:
+    size = len(value.items)
+    if size < 15:
+        out.append(size << 4 | value.elem)
+    else:
+        out.append(0xF0 | value.elem)
+        _varint(size, out)
+    for item in value.items:
+        _value(value.elem, item, out)
+
+
+def _map(value: TMap, out: bytearray) -> None:
+    _varint(len(value.items), out)
+    if value.items:
+        out.append(value.key << 4 | value.value)
+    for k, v in value.items:
+        _value(value.key, k, out)
+        _value(value.value, v, out)
+
+
+def _struct(value: Struct, out: bytearray) -> None:
+    last = 0
+    for f in value.fields:
+        wire = (TRUE if f.value else FALSE) if f.type in (TRUE, FALSE) else f.type
+        delta = f.id - last
+        if 0 < delta <= 15:
+            out.append(delta << 4 | wire)
+        else:
+            out.append(wire)
+            _zigzag(f.id, out)
+        if wire not in (TRUE, FALSE):
+            _value(wire, f.value, out)
+        last = f.id
+    out.append(STOP)
+
+
+def encode(value: Struct) -> bytes:
+    out = bytearray()
+    _struct(value, out)
+    return bytes(out)
+
+
+# --- the fields of FileMetaData a compact entry rewrites -------------------------------------------
+
+# FileMetaData
+FMD_NUM_ROWS, FMD_ROW_GROUPS, FMD_KEY_VALUE = 3, 4, 5
+# RowGroup
+RG_COLUMNS, RG_FILE_OFFSET, RG_TOTAL_COMPRESSED, RG_ORDINAL = 1, 5, 6, 7
+# ColumnChunk
+CC_FILE_OFFSET, CC_META, CC_INDEXES = 2, 3, (4, 5, 6, 7)
+# ColumnMetaData
+CMD_COMPRESSED, CMD_DATA_PAGE, CMD_INDEX_PAGE, CMD_DICT_PAGE, CMD_BLOOM = 7, 9, 10, 11, (14, 15)
+
+
+def key_values(meta: Struct) -> dict[str, str]:
+    """FileMetaData's key-value metadata (values not UTF-8 are left out)."""
+    out = {}
+    kv = meta.get(FMD_KEY_VALUE)
+    for item in kv.items if kv else ():
+        try:
+            out[item.get(1, b"").decode()] = item.get(2, b"").decode()
+        except UnicodeDecodeError:
+            continue
+    return out
+
+
+def put_key_value(meta: Struct, key: str, value: str) -> None:
+    """Set (or replace) one key-value entry of FileMetaData."""
+    kv = meta.get(FMD_KEY_VALUE) or TList(STRUCT, [])
+    kv.items = [item for item in kv.items if item.get(1) != key.encode()]
+    kv.items.append(Struct([Field(1, BINARY, key.encode()), Field(2, BINARY, value.encode())]))
+    meta.put(FMD_KEY_VALUE, LIST, kv)

@@ -1,0 +1,321 @@
+"""A file staged as only the bytes a query needs: its footer, then the needed column chunks.
+
+Beside a file's whole-file entry ``<key>.parquet`` (:mod:`deltaport.spark.staging`) a query
+that names its columns keeps:
+
+* ``<key>.footer``: the file's last bytes (footer, its length, ``PAR1``), fetched once by a
+  ranged GET of the last 64 KiB (and a second one when the footer is longer);
+* ``<key>.part.parquet``: a compact entry (:mod:`deltaport.spark.chunks`) with the needed
+  chunks. A later query it covers uses it as is; one it does not cover makes a new entry for
+  the union of columns and row groups, copying the chunks it already holds and fetching the
+  rest (ranges closer than 1 MiB in one GET), written aside and renamed.
+
+A valid whole-file entry always wins. When the needed bytes are most of the file (80 %), the
+whole file is fetched instead. A store that ignores ``Range`` answers the first GET with the
+whole file: it becomes the whole-file entry. A file whose size is not the listed one, or whose
+footer does not parse, is a one-line :class:`FileDownloadError` ("read the table again").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from deltaport.client.download import ConnectionPool, copy_range, copy_url
+from deltaport.client.errors import FileDownloadError
+from deltaport.client.model import FileAction
+from deltaport.spark.chunks import MAGIC, Chunk, Footer, Need, Record, chunks, coalesce, compact_footer, parse_footer
+from deltaport.spark.chunks import tail as footer_tail
+from deltaport.spark.chunks import wanted as wanted_parts
+from deltaport.spark.parquet_footer import FooterError, Struct, decode
+from deltaport.spark.staging import CacheArea
+
+__all__ = ["covered", "footer_relpath", "part_relpath", "stage_needed"]
+
+TAIL = 64 << 10
+WHOLE_SHARE = 0.8
+
+
+def part_relpath(relpath: str) -> str:
+    return relpath.removesuffix(".parquet") + ".part.parquet"
+
+
+def footer_relpath(relpath: str) -> str:
+    return relpath.removesuffix(".parquet") + ".footer"
+
+
+def _changed(action: FileAction, what: str) -> FileDownloadError:
+    return FileDownloadError(
+        f"file {action.id}: {what}: the file changed after it was listed; read the table again",
+        http_status=400,
+        file_id=action.id,
+    )
+
+
+# --- what the cache holds ---------------------------------------------------------------------------
+
+
+def _footer_in(data: bytes, size: int | None = None) -> bytes | None:
+    """The footer at the end of ``data`` (a file's last bytes), None when it is not all there."""
+    if len(data) < 12 or data[-4:] != MAGIC:
+        return None
+    length = int.from_bytes(data[-8:-4], "little")
+    if length + 8 > len(data) or (size is not None and length + 12 > size):
+        return None
+    return data[-8 - length : -8]
+
+
+def cached_footer(area: CacheArea, relpath: str) -> Footer | None:
+    size = area.size(footer_relpath(relpath))
+    if not size:
+        return None
+    try:
+        raw = _footer_in(area.read(footer_relpath(relpath), 0, size))
+        return parse_footer(raw) if raw is not None and len(raw) + 8 == size else None
+    except (OSError, FooterError):
+        return None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A compact entry found in the cache: what it holds, and its footer (where its chunks are)."""
+
+    record: Record
+    tree: Struct
+
+    def chunk(self, group: int, leaf: int) -> Chunk:
+        return chunks(self.tree, [group], [leaf], as_groups=self.record.groups)[0]
+
+
+def compact_entry(area: CacheArea, relpath: str, size: int) -> Entry | None:
+    """The compact entry of a file of ``size`` bytes, when it is whole and says what it holds."""
+    path = part_relpath(relpath)
+    try:
+        length = area.size(path)
+        if length is None or length < 12:
+            return None
+        raw = _footer_in(area.read(path, max(0, length - TAIL), TAIL), length)
+        if raw is None:
+            raw = _footer_in(area.read(path, 0, length), length)
+        if raw is None:
+            return None
+        tree = decode(raw)
+        record = Record.of(tree)
+        if record is None or record.size != size:
+            return None
+        entry = Entry(record, tree)
+        end = max((c.end for c in chunks(tree, record.groups, record.leaves, as_groups=record.groups)), default=4)
+        return entry if end <= length - len(raw) - 8 else None
+    except (OSError, FooterError, ValueError, AttributeError, IndexError, TypeError):
+        return None
+
+
+def covered(area: CacheArea, relpath: str, size: int, need: Need) -> bool:
+    """Whether the cache holds what ``need`` needs of the file (a compact entry; the whole-file
+    entry is checked by the caller) without fetching anything."""
+    footer = cached_footer(area, relpath)
+    if footer is None:
+        return False
+    entry = compact_entry(area, relpath, size)
+    return entry is not None and entry.record.covers(*wanted_parts(footer, need))
+
+
+# --- fetching -----------------------------------------------------------------------------------------
+
+
+class _Spool:
+    """The first GET's body: kept in memory while it is a range; a store that ignores ``Range``
+    sends the whole file, which then goes to the whole-file entry as it comes."""
+
+    def __init__(self, area: CacheArea, relpath: str, limit: int = TAIL) -> None:
+        self.area, self.relpath, self.limit = area, relpath, limit
+        self.data = bytearray()
+        self.file: Any = None
+
+    def write(self, data: Any) -> int:
+        if self.file is None and len(self.data) + len(data) <= self.limit:
+            self.data += data
+        else:
+            if self.file is None:
+                self.file = self.area.write(self.relpath)
+                self.file.write(bytes(self.data))
+            self.file.write(data)
+        return len(data)
+
+    def whole(self, action: FileAction, got: int) -> int:
+        """The body was the whole file: commit it as the whole-file entry."""
+        if self.file is None:
+            self.file = self.area.write(self.relpath)
+            self.file.write(bytes(self.data))
+        if got != action.size:
+            self.file.abort()
+            raise _changed(action, f"the storage sent {got} bytes where the server's answer says {action.size}")
+        self.file.commit()
+        return got
+
+    def abort(self) -> None:
+        if self.file is not None:
+            self.file.abort()
+
+
+def _fetch_footer(file: Any) -> tuple[Footer | None, int]:
+    """(the footer, bytes fetched); (None, bytes) when the store sent the whole file instead
+    (then staged as the whole-file entry)."""
+    area, relpath, action, pool = file.area, file.relpath, file.action, file.pool
+    spool = _Spool(area, relpath)
+    start = max(0, action.size - TAIL)
+    size = action.size
+    try:
+        got, ranged = copy_range(action.url, spool, pool=pool, file_id=action.id, start=start, end=size, size=size)
+        if not ranged or start == 0:  # the store ignored Range, or the file is small: it is all here
+            return None, spool.whole(action, got)
+    except BaseException:
+        spool.abort()
+        raise
+    data = bytes(spool.data)
+    length = int.from_bytes(data[-8:-4], "little") if len(data) >= 8 and data[-4:] == MAGIC else -1
+    if length < 0 or length + 12 > action.size:
+        raise _changed(action, "its last bytes are not a parquet footer")
+    if length + 8 > len(data):
+        begin = action.size - 8 - length
+        more = _Spool(area, relpath, limit=start - begin)
+        try:
+            got2, ranged = copy_range(action.url, more, pool=pool, file_id=action.id, start=begin, end=start, size=size)
+            if not ranged:
+                return None, got + more.whole(action, got2)
+        except BaseException:
+            more.abort()
+            raise
+        data, got = bytes(more.data) + data, got + got2
+    raw = data[-8 - length : -8]
+    try:
+        footer = parse_footer(raw)
+    except FooterError:
+        raise _changed(action, "its footer does not parse") from None
+    side = area.write(footer_relpath(relpath))
+    side.write(footer_tail(raw))
+    side.commit()
+    return footer, got
+
+
+class _Slicer:
+    """A writer for one GET of a run of chunks: passes on only the chunks' bytes."""
+
+    def __init__(self, out: Any, begin: int, pieces: list[Chunk]) -> None:
+        self.out, self.pos, self.pieces = out, begin, pieces
+
+    def write(self, data: Any) -> int:
+        view, end = memoryview(data), self.pos + len(data)
+        for piece in self.pieces:
+            lo, hi = max(piece.start, self.pos), min(piece.end, end)
+            if lo < hi:
+                self.out.write(view[lo - self.pos : hi - self.pos])
+        self.pos = end
+        return len(data)
+
+
+class _RangeIgnored(Exception):
+    """The store answered a chunk's range with the whole file."""
+
+
+@dataclass(frozen=True)
+class _File:
+    """One file being staged: the cache, its whole-file entry's place, its action, the connections."""
+
+    area: CacheArea
+    relpath: str
+    action: FileAction
+    pool: ConnectionPool
+
+    def fetch_run(self, out: Any, run: list[Chunk]) -> int:
+        action = self.action
+        got, ranged = copy_range(
+            action.url,
+            _Slicer(out, run[0].start, run),
+            pool=self.pool,
+            file_id=action.id,
+            start=run[0].start,
+            end=run[-1].end,
+            size=action.size,
+        )
+        if not ranged:
+            raise _RangeIgnored()
+        return got
+
+    def whole(self) -> int:
+        action, write = self.action, self.area.write(self.relpath)
+        try:
+            got = copy_url(action.url, write, pool=self.pool, file_id=action.id)
+            if got != action.size:
+                raise _changed(action, f"the storage sent {got} bytes where the server's answer says {action.size}")
+        except BaseException:
+            write.abort()
+            raise
+        write.commit()
+        return got
+
+
+def _copy_chunks(file: _File, out: Any, plan: list[Chunk], old: Entry | None) -> int:
+    """Write ``plan``'s chunks in order: those in ``old`` copied from it, the others fetched."""
+    fetched, remote = 0, list[Chunk]()
+
+    def flush() -> int:
+        got = sum(file.fetch_run(out, run) for run in coalesce(remote))
+        remote.clear()
+        return got
+
+    for piece in plan:
+        if old is not None and old.record.covers([piece.group], [piece.leaf]):
+            fetched += flush()
+            source = old.chunk(piece.group, piece.leaf)
+            out.write(file.area.read(part_relpath(file.relpath), source.start, source.length))
+        else:
+            remote.append(piece)
+    return fetched + flush()
+
+
+def _write_part(file: _File, footer: Footer, plan: list[Chunk], old: Entry | None, record: Record) -> int:
+    placed, place = {}, len(MAGIC)
+    for piece in plan:
+        placed[(piece.group, piece.leaf)] = place
+        place += piece.length
+    write = file.area.write(part_relpath(file.relpath))
+    try:
+        write.write(MAGIC)
+        fetched = _copy_chunks(file, write, plan, old)
+        write.write(footer_tail(compact_footer(footer, record, placed)))
+    except BaseException:
+        write.abort()
+        raise
+    write.commit()
+    return fetched
+
+
+def _to_fetch(plan: list[Chunk], old: Entry | None) -> int:
+    """The bytes the GETs of ``plan`` would fetch: the chunks not in ``old``, coalesced."""
+    remote = [c for c in plan if old is None or not old.record.covers([c.group], [c.leaf])]
+    return sum(run[-1].end - run[0].start for run in coalesce(remote))
+
+
+def stage_needed(area: CacheArea, relpath: str, action: FileAction, need: Need, pool: ConnectionPool) -> int:
+    """One attempt at staging what ``need`` needs of a file whose whole-file entry would be
+    ``relpath``; returns the bytes fetched (see the module docstring)."""
+    file = _File(area, relpath, action, pool)
+    footer, fetched = cached_footer(area, relpath), 0
+    if footer is None:
+        footer, fetched = _fetch_footer(file)
+        if footer is None:
+            return fetched  # the whole file came
+    groups, leaves = wanted_parts(footer, need)
+    old = compact_entry(area, relpath, action.size)
+    if old is not None:
+        if old.record.covers(groups, leaves):
+            return fetched
+        groups, leaves = tuple(sorted({*groups, *old.record.groups})), tuple(sorted({*leaves, *old.record.leaves}))
+    plan = chunks(footer.tree, groups, leaves)
+    if _to_fetch(plan, old) + len(footer.raw) >= WHOLE_SHARE * action.size:
+        return fetched + file.whole()
+    try:
+        return fetched + _write_part(file, footer, plan, old, Record(action.size, groups, leaves))
+    except _RangeIgnored:
+        return fetched + file.whole()

@@ -1,0 +1,477 @@
+"""Staged reads that fetch only the column chunks a query needs (deltaport.spark.partial, .chunks),
+against the whole-file read, on a generated table with many row groups and on corpus tables,
+served by the real sharing server; the bytes its file GETs sent are counted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import TABLES
+
+from deltaport.client.errors import FileDownloadError, UrlExpired
+from deltaport.spark import chunks, read_table, stage
+from deltaport.spark.chunks import RECORD_KEY
+from deltaport.spark.parquet_footer import I64, decode, encode, put_key_value
+from deltaport.spark.partial import TAIL
+from deltaport.spark.projection import UnknownColumn
+
+TOKEN = "partial-token"
+FILES, ROWS, GROUP = 4, 40_000, 2_000  # 20 row groups per file
+SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"name": name, "type": kind, "nullable": True, "metadata": {}}
+        for name, kind in [
+            ("id", "long"),
+            ("value", "double"),
+            ("qty", "integer"),
+            ("name", "string"),
+            ("day", "date"),
+            ("flag", "boolean"),
+            ("maybe", "integer"),
+            ("part", "string"),
+        ]
+    ],
+}
+
+
+def _rows(i: int, rng: np.random.Generator) -> pa.Table:
+    first = i * ROWS
+    ids = np.arange(first, first + ROWS, dtype=np.int64)
+    maybe = pa.array([None if (k // GROUP) % 3 == 0 else int(k % 7) for k in range(ROWS)], pa.int32())
+    return pa.table(
+        {
+            "id": ids,
+            "value": rng.random(ROWS) * 1000,
+            "qty": pa.array(rng.integers(0, 1000, ROWS), pa.int32()),
+            "name": pa.array([f"name-{k:07d}" for k in ids]),
+            "day": pa.array([dt.date(2024, 1, 1) + dt.timedelta(days=int(k // 5000)) for k in ids]),
+            "flag": pa.array((ids // GROUP) % 2 == 0),
+            "maybe": maybe,
+        }
+    )
+
+
+def build_table(path: Path) -> None:
+    from deltaport.demo import file_stats, write_commit
+
+    rng = np.random.default_rng(3)
+    actions = []
+    for i in range(FILES):
+        rows = _rows(i, rng)
+        part = "even" if i % 2 == 0 else "odd"
+        relative = f"part={part}/part-{i:05d}-{uuid.uuid4()}.snappy.parquet"
+        (path / relative).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows, path / relative, row_group_size=GROUP, compression="snappy")
+        actions.append(
+            {
+                "add": {
+                    "path": relative,
+                    "partitionValues": {"part": part},
+                    "size": (path / relative).stat().st_size,
+                    "modificationTime": 1_717_236_000_000,
+                    "dataChange": True,
+                    "stats": file_stats(rows),
+                }
+            }
+        )
+    metadata = {
+        "id": str(uuid.uuid4()),
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": json.dumps(SCHEMA),
+        "partitionColumns": ["part"],
+        "configuration": {},
+        "createdTime": 1_717_236_000_000,
+    }
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+    write_commit(path, 0, [{"protocol": protocol}, {"metaData": metadata}, *actions])
+
+
+WIDE = 400  # columns: the footer of 4 row groups of them is longer than the 64 KiB fetched first
+
+
+def build_wide_table(path: Path) -> None:
+    from deltaport.demo import file_stats, write_commit
+
+    rows = pa.table({f"c{i}": pa.array(np.arange(4000, dtype=np.int64) * (i + 1)) for i in range(WIDE)})
+    name = "part-00000-wide.snappy.parquet"
+    path.mkdir(parents=True)
+    pq.write_table(rows, path / name, row_group_size=1000)
+    add = {"path": name, "partitionValues": {}, "size": (path / name).stat().st_size, "modificationTime": 0}
+    add.update({"dataChange": True, "stats": file_stats(rows.select(["c0"]))})
+    fields = [{"name": f"c{i}", "type": "long", "nullable": True, "metadata": {}} for i in range(WIDE)]
+    metadata = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}}, "partitionColumns": []}
+    metadata.update({"schemaString": json.dumps({"type": "struct", "fields": fields}), "configuration": {}})
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+    write_commit(path, 0, [{"protocol": protocol}, {"metaData": metadata}, {"add": add}])
+
+
+class Storage:
+    """ASGI middleware before the sharing server: counts the file GETs and the body bytes they
+    were sent, and can make the storage misbehave (ignore Range, report another file size,
+    garble the last bytes of a file)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.requests = 0
+        self.bytes = 0
+        self.ignore_range = False
+        self.size_delta = 0
+        self.garble_tail = False
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or "/files/" not in scope["path"]:
+            return await self.app(scope, receive, send)
+        self.requests += 1
+        if self.ignore_range:
+            scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"range"]}
+        asked = dict(scope["headers"]).get(b"range", b"").decode()
+
+        async def counting(message):
+            if message["type"] == "http.response.start" and self.size_delta:
+                headers = []
+                for k, v in message["headers"]:
+                    if k.lower() == b"content-range":
+                        span, _, total = v.decode().rpartition("/")
+                        v = f"{span}/{int(total) + self.size_delta}".encode()
+                    headers.append((k, v))
+                message = {**message, "headers": headers}
+            if message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                self.bytes += len(body)
+                if self.garble_tail and asked and not asked.startswith("bytes=0-") and body:
+                    message = {**message, "body": body[:-48] + b"\xff" * 40 + body[-8:]}  # length kept
+            await send(message)
+
+        await self.app(scope, receive, counting)
+
+
+class Served:
+    def __init__(self, storage: Storage, profile: Path, tables: dict[str, Path]) -> None:
+        self.storage = storage
+        self.profile = profile
+        self.tables = tables
+
+    def url(self, name: str) -> str:
+        return f"{self.profile}#share.default.{name}"
+
+    def total_bytes(self, name: str) -> int:
+        return sum(p.stat().st_size for p in self.tables[name].rglob("*.parquet"))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from servers import RunningServer
+
+    from deltaport.server import create_app, parse_config
+
+    root = tmp_path_factory.mktemp("partial")
+    tables = {"many": root / "many"}
+    build_table(tables["many"])
+    tables["wide"] = root / "wide"
+    build_wide_table(tables["wide"])
+    tables.update({"partitioned": TABLES / "basic_partitioned", "cm_name": TABLES / "cdf-column-mapping-name-mode"})
+    config = {
+        "version": 1,
+        "shares": [
+            {
+                "name": "share",
+                "schemas": [
+                    {"name": "default", "tables": [{"name": n, "location": str(p)} for n, p in tables.items()]}
+                ],
+            }
+        ],
+        "recipients": [{"name": "spark", "tokens": [TOKEN], "shares": ["share"]}],
+        "preSignedUrlTimeoutSeconds": 900,
+    }
+    storage = Storage(create_app(parse_config(config)))
+    server = RunningServer(storage)
+    profile = root / "profile.share"
+    profile.write_text(
+        json.dumps({"shareCredentialsVersion": 1, "endpoint": server.url + "/delta-sharing", "bearerToken": TOKEN})
+    )
+    yield Served(storage, profile, tables)
+    server.stop()
+
+
+@pytest.fixture
+def cache(tmp_path) -> str:
+    return str(tmp_path / "staging")
+
+
+@pytest.fixture(autouse=True)
+def small_holes(monkeypatch):
+    """The generated table's row groups are small (2,000 rows), so its chunks lie a few KiB apart
+    and the default 1 MiB hole would (rightly) fetch each file in one GET: here holes of at most
+    4 KiB are bridged, as they would be between the chunks of row groups of real size."""
+    monkeypatch.setattr(chunks, "GAP", 4096)
+
+
+def rows(frame) -> list[tuple]:
+    return sorted((tuple(r) for r in frame.collect()), key=repr)
+
+
+def entries(cache: str, suffix: str) -> list[Path]:
+    """Entries named ``*suffix`` (whole-file entries for ``.parquet``, not compact ones)."""
+    found = (p for p in Path(cache).rglob(f"*{suffix}") if not p.name.startswith(".tmp"))
+    return sorted(p for p in found if suffix != ".parquet" or not p.name.endswith(".part.parquet"))
+
+
+def whole_read(spark, served, name, tmp_path, columns, where):
+    full = read_table(spark, served.url(name), stagingLocation=str(tmp_path / "whole"))
+    if where is not None:
+        full = full.where(where)
+    return full.select(*columns) if columns is not None else full
+
+
+# --- the same rows as the whole-file read ----------------------------------------------------------
+
+CASES = [
+    (["value"], None),
+    (["id", "value"], "id < 5000"),
+    (["name"], "name >= 'name-0150000' AND name < 'name-0150100'"),
+    (["id", "day"], "day = DATE'2024-01-20' OR id IN (7, 99999)"),
+    (["qty"], "part = 'odd' AND id > 150000"),
+    (["id", "maybe"], "maybe IS NULL AND id BETWEEN 30000 AND 50000"),
+    (["id"], "maybe IS NOT NULL AND NOT (id >= 2000)"),
+    (["part", "flag"], "flag = false AND value > 990"),
+    (None, "id = 12345"),
+    (["qty", "id"], "CAST(qty AS long) < 10 OR abs(maybe) = 3"),
+]
+
+
+@pytest.mark.parametrize(("columns", "where"), CASES)
+def test_the_dataframe_is_the_whole_reads_where_and_select(spark, served, cache, tmp_path, columns, where):
+    ours = read_table(spark, served.url("many"), columns=columns, where=where, stagingLocation=cache)
+    expected = whole_read(spark, served, "many", tmp_path, columns, where)
+    assert ours.columns == expected.columns
+    assert rows(ours) == rows(expected)
+    assert entries(cache, ".part.parquet"), "read from compact entries"
+
+
+@pytest.mark.parametrize(
+    ("name", "columns", "where"),
+    [
+        ("partitioned", ["letter", "number"], "letter = 'a'"),
+        ("partitioned", ["a_float"], "number > 2"),
+        ("cm_name", ["Name"], None),
+    ],
+)
+def test_corpus_tables_read_alike(spark, served, cache, tmp_path, name, columns, where):
+    ours = read_table(spark, served.url(name), columns=columns, where=where, stagingLocation=cache)
+    expected = whole_read(spark, served, name, tmp_path, columns, where)
+    assert ours.columns == expected.columns and rows(ours) == rows(expected)
+
+
+# --- what is fetched --------------------------------------------------------------------------------
+
+
+def test_one_column_of_many_fetches_a_fraction_then_only_new_chunks_then_nothing(spark, served, cache):
+    storage, total = served.storage, served.total_bytes("many")
+    storage.bytes = 0
+    first = stage(spark, served.url("many"), columns=["value"], stagingLocation=cache)
+    assert first.dataframe.count() == FILES * ROWS
+    value_bytes = storage.bytes
+    assert 0.2 * total < value_bytes < 0.55 * total  # value: random doubles, about a third of the file
+    assert first.fetched.bytes == value_bytes and first.fetched.files == FILES
+
+    storage.bytes, storage.requests = 0, 0
+    second = stage(spark, served.url("many"), columns=["qty"], stagingLocation=cache)
+    assert second.dataframe.agg({"qty": "sum"}).collect()[0][0] == sum(
+        pq.read_table(p, columns=["qty"]).column(0).to_numpy().sum() for p in served.tables["many"].rglob("*.parquet")
+    )
+    qty_bytes = sum(
+        pq.ParquetFile(p).metadata.row_group(g).column(2).total_compressed_size
+        for p in served.tables["many"].rglob("*.parquet")
+        for g in range(ROWS // GROUP)
+    )
+    assert storage.bytes == qty_bytes  # the footers were kept, the value chunks copied locally
+    assert storage.requests == FILES * (ROWS // GROUP)  # one GET per chunk: the holes between are > 4 KiB
+
+    storage.requests = 0
+    third = stage(spark, served.url("many"), columns=["value", "qty"], stagingLocation=cache)
+    assert third.fetched.files == 0 and storage.requests == 0
+    assert third.dataframe.count() == FILES * ROWS
+
+
+def test_a_filter_on_a_sorted_column_fetches_only_its_row_groups(spark, served, cache):
+    storage = served.storage
+    storage.bytes = 0
+    frame = read_table(spark, served.url("many"), columns=["id", "value"], where="id < 4000", stagingLocation=cache)
+    assert frame.count() == 4000
+    footers = FILES * TAIL  # the last 64 KiB of each file
+    assert storage.bytes - footers < 0.03 * served.total_bytes("many")  # 2 of 80 row groups, 2 of 7 columns
+    kept = sorted(pq.ParquetFile(entry).metadata.num_row_groups for entry in entries(cache, ".part.parquet"))
+    assert kept == [0, 0, 0, 2]
+
+
+@pytest.mark.parametrize("columns", [[f["name"] for f in SCHEMA["fields"]], ["value", "name", "id"]])
+def test_most_of_a_file_fetches_the_whole_file(spark, served, cache, columns):
+    frame = read_table(spark, served.url("many"), columns=columns, stagingLocation=cache)
+    assert frame.count() == FILES * ROWS
+    assert len(entries(cache, ".parquet")) == FILES and not entries(cache, ".part.parquet")
+
+
+def test_chunks_closer_than_the_hole_are_fetched_by_one_get_and_count_as_fetched(spark, served, cache, monkeypatch):
+    monkeypatch.setattr(chunks, "GAP", 1 << 20)
+    served.storage.requests = 0
+    frame = read_table(spark, served.url("many"), columns=["qty"], stagingLocation=cache)
+    assert frame.count() == FILES * ROWS
+    assert served.storage.requests == 2 * FILES  # the footer, then the qty chunks and all between
+    assert len(entries(cache, ".parquet")) == FILES and not entries(cache, ".part.parquet")
+
+
+def test_a_whole_file_entry_wins_over_a_compact_one(spark, served, cache):
+    read_table(spark, served.url("many"), columns=["value"], stagingLocation=cache).count()
+    read_table(spark, served.url("many"), stagingLocation=cache).count()  # whole files
+    served.storage.requests = 0
+    again = stage(spark, served.url("many"), columns=["qty", "name"], stagingLocation=cache)
+    assert again.fetched.files == 0 and served.storage.requests == 0
+    assert all(".part." not in f for f in again.dataframe.inputFiles())
+
+
+# --- what Spark reads of a compact entry -------------------------------------------------------------
+
+
+def _poison_unfetched(entry: Path) -> None:
+    """Make every chunk the entry does not hold claim a terabyte: reading one cannot succeed."""
+    data = entry.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    tree = decode(data[-8 - length : -8])
+    held = set(json.loads(dict((kv.get(1), kv.get(2)) for kv in tree.get(5).items)[RECORD_KEY.encode()])["leaves"])
+    for group in tree.get(4).items:
+        for leaf, column in enumerate(group.get(1).items):
+            if leaf not in held:
+                column.get(3).put(7, I64, 1 << 40)
+    footer = encode(tree)
+    entry.write_bytes(data[: -8 - length] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+
+
+def test_spark_never_reads_the_chunks_an_entry_does_not_hold(spark, served, cache, tmp_path):
+    where = "id >= 100000 AND id < 110000"
+    read_table(spark, served.url("many"), columns=["id", "name"], where=where, stagingLocation=cache).count()
+    parts = entries(cache, ".part.parquet")
+    for entry in parts:
+        _poison_unfetched(entry)
+    again = stage(spark, served.url("many"), columns=["id", "name"], where=where, stagingLocation=cache)
+    assert again.fetched.files == 0
+    assert rows(again.dataframe) == rows(whole_read(spark, served, "many", tmp_path, ["id", "name"], where))
+    with pytest.raises(Exception, match="(?i)eof|reach|bound|read|block|size"):  # the poison works
+        spark.read.parquet(*[p.as_uri() for p in parts]).select("value").collect()
+
+
+# --- bad input ----------------------------------------------------------------------------------------
+
+
+def test_a_store_that_ignores_range_gives_whole_files(spark, served, cache):
+    served.storage.ignore_range = True
+    try:
+        frame = read_table(spark, served.url("many"), columns=["id"], where="id < 10", stagingLocation=cache)
+        assert sorted(r.id for r in frame.collect()) == list(range(10))
+    finally:
+        served.storage.ignore_range = False
+    assert len(entries(cache, ".parquet")) == FILES and not entries(cache, ".part.parquet")
+
+
+@pytest.mark.parametrize("how", ["size", "footer"])
+def test_a_file_changed_since_listing_is_one_line_and_leaves_nothing(spark, served, cache, how):
+    storage = served.storage
+    if how == "size":
+        storage.size_delta = 1
+    else:
+        storage.garble_tail = True
+    try:
+        with pytest.raises(FileDownloadError) as caught:
+            read_table(spark, served.url("many"), columns=["id"], stagingLocation=cache, stagingThreads=1)
+    finally:
+        storage.size_delta, storage.garble_tail = 0, False
+    message = str(caught.value)
+    assert "read the table again" in message and "\n" not in message
+    assert not [p for p in Path(cache).rglob("*") if (p.is_file() and "parquet" in p.name) or ".tmp" in p.name]
+
+
+@pytest.mark.parametrize("damage", ["record", "no record", "truncated"])
+def test_a_damaged_compact_entry_is_fetched_again(spark, served, cache, damage):
+    read_table(spark, served.url("many"), columns=["qty"], stagingLocation=cache).count()
+    for entry in entries(cache, ".part.parquet"):
+        data = entry.read_bytes()
+        if damage == "truncated":
+            entry.write_bytes(data[: len(data) // 2])
+            continue
+        length = int.from_bytes(data[-8:-4], "little")
+        tree = decode(data[-8 - length : -8])
+        if damage == "record":
+            put_key_value(tree, RECORD_KEY, '{"v": 1, "size": "x"')
+        else:
+            tree.drop(5)
+        footer = encode(tree)
+        entry.write_bytes(data[: -8 - length] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    again = stage(spark, served.url("many"), columns=["qty"], stagingLocation=cache)
+    assert again.fetched.files == FILES
+    assert again.dataframe.count() == FILES * ROWS
+
+
+def test_an_unknown_column_is_one_line_naming_the_columns_before_any_fetch(spark, served, cache):
+    served.storage.requests = 0
+    with pytest.raises(UnknownColumn) as caught:
+        read_table(spark, served.url("many"), columns=["id", "nope"], stagingLocation=cache)
+    assert "'nope'" in str(caught.value) and "id, value, qty" in str(caught.value)
+    assert served.storage.requests == 0 and not entries(cache, "parquet")
+    frame = read_table(spark, served.url("many"), columns=["ID"], where="id < 3", stagingLocation=cache)
+    assert frame.columns == ["ID"] and frame.count() == 3  # named as Spark's select names it
+
+
+def test_executors_fetch_chunks_alike_and_load_as_spark_passes_columns_and_where(spark, served, cache, tmp_path):
+    import deltaport
+
+    where = "id < 3000 AND qty > 500"
+    expected = rows(whole_read(spark, served, "many", tmp_path, ["qty"], where))
+    on_executors = read_table(
+        spark, served.url("many"), columns=["qty"], where=where, stagingLocation=cache, stagingFetch="spark"
+    )
+    assert rows(on_executors) == expected
+    assert sorted(pq.ParquetFile(e).metadata.num_row_groups for e in entries(cache, ".part.parquet")) == [0, 0, 0, 2]
+    url = served.url("many")
+    loaded = deltaport.load_as_spark(url, spark=spark, columns=["qty"], where=where, stagingLocation=cache)
+    assert loaded.columns == ["qty"] and rows(loaded) == expected
+
+
+def test_a_footer_longer_than_the_first_get_takes_a_second(spark, served, cache, tmp_path):
+    served.storage.requests = 0
+    frame = read_table(spark, served.url("wide"), columns=["c7"], where="c0 >= 3500", stagingLocation=cache)
+    assert sorted(r.c7 for r in frame.collect()) == [k * 8 for k in range(3500, 4000)]
+    (footer,) = entries(cache, ".footer")
+    assert footer.stat().st_size > TAIL
+    assert served.storage.requests == 4  # the last 64 KiB, the rest of the footer, c0 and c7 of one row group
+    (entry,) = entries(cache, ".part.parquet")
+    assert pq.ParquetFile(entry).metadata.num_row_groups == 1
+
+
+def test_a_refused_url_is_renewed_for_the_chunks_too(served, tmp_path):
+    import dataclasses
+
+    from deltaport.spark.chunks import Need
+    from deltaport.spark.fetching import StageTask, stage_files
+    from deltaport.spark.options import ReadOptions
+    from deltaport.spark.remote import Refresh
+    from deltaport.spark.staging import LocalArea, file_key
+
+    remote = ReadOptions.parse({"path": served.url("many")}).remote
+    with remote.open() as session:
+        action = session.snapshot().files[0]
+    forged = dataclasses.replace(action, url=action.url.replace("X-Amz-Signature=", "X-Amz-Signature=00"))
+    assert forged.url != action.url
+    task = StageTask(forged, f"t/{file_key(action.id, action.size)}.parquet", False, need=Need(("qty",)))
+    with pytest.raises(UrlExpired, match="cannot be renewed"):
+        stage_files(LocalArea(str(tmp_path / "other")), [task], threads=1, refresh=None)
+    area = LocalArea(str(tmp_path / "cache"))
+    report = stage_files(area, [task], threads=1, refresh=Refresh(remote, "snapshot", {}))
+    assert report.files == 1 and 0 < report.bytes < action.size / 2
+    assert area.size(f"t/{file_key(action.id, action.size)}.part.parquet")
