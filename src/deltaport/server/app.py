@@ -192,16 +192,28 @@ class _App(FastAPI):
     around the app's middleware (its telemetry check, error and body-limit middleware): it goes
     through the app's middleware (access log, observer, hot paths) under the same
     ServerErrorMiddleware and 500 handler. With OpenTelemetry configured, every request takes
-    the framework's way, whose spans it makes."""
+    the framework's way, whose spans it makes (the framework's check of that costs as much as
+    the hot paths' own work, so it is made at most once a second: a provider configured while
+    the server runs is seen within a second)."""
 
     hot: HotTableCalls | None = None
     _hot_stack: Any = None
+    _untraced_until = 0.0  # monotonic time until which OpenTelemetry is known to be unconfigured
+
+    def _untraced(self) -> bool:
+        now = time.monotonic()
+        if now < self._untraced_until:
+            return True
+        if self._native_telemetry.enabled():
+            return False
+        self._untraced_until = now + 1.0
+        return True
 
     async def __call__(self, scope, receive, send) -> None:
         hot = self.hot
         if hot is not None and scope["type"] == "http" and "fastapi.telemetry" not in scope:
             taken = hot.take(scope)
-            if taken is not None and not self._native_telemetry.enabled():
+            if taken is not None and self._untraced():
                 scope[TAKEN] = taken
                 scope["app"] = self
                 if self._hot_stack is None:

@@ -182,3 +182,18 @@ def test_an_unexpected_error_on_the_hot_path_is_the_routes_500(caplog):
     logged = [r.getMessage().rsplit(" ", 1)[0] for r in caplog.records if r.name == "deltaport.access"]
     assert logged == [f"GET {T}/partitioned/version 0"] * 2, logged  # no response had started
     assert sum("unexpected error on GET" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_hot_answers_take_the_framework_s_way_only_under_opentelemetry(traced, monkeypatch):
+    app = create_app(parse_config(corpus_config()))
+    monkeypatch.setattr(app._native_telemetry, "enabled", lambda: traced)  # the framework's own check
+
+    async def get() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.get(f"{T}/partitioned/version", headers=ALICE)
+
+    answer = asyncio.run(get())
+    assert answer.status_code == 200
+    assert answer.headers["delta-table-version"]
+    assert (app._hot_stack is None) == traced  # the hot paths' own stack is made when first taken
