@@ -1,6 +1,7 @@
 """`deltaport serve --workers N`: requests/s with 1 and with 2 (or more) workers, side by side.
 
     python benchmarks/server_workers.py [--workers 1 2] [--seconds 10] [--rounds 2] [--workdir .bench]
+                                        [--routes /version ...] [--peer bare]
 
 One share behind a bearer token: a small cached table for GET /version and /metadata, and a
 generated 10,000-file table (log only, made once by gen_big_table.py in the workdir) for a full
@@ -16,6 +17,11 @@ brackets) and the ratio to the first count; and the server's CPU time per reques
 processes: supervisor, workers, keying processes; the least over rounds), which says what the
 workers would answer with CPUs to spare: on a machine busy with other work, requests/s varies
 from run to run far more than CPU time per request.
+
+``--routes`` loads only the routes named (the 10,000-file table is made only for /query).
+``--peer bare`` loads, in each round right after the servers, a bare uvicorn app answering a
+constant JSON body (bare_app.py) the same way, and prints its figures beside the server's: the
+ceiling of one uvicorn process on this machine at this moment.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
-from serve_process import ServeProcess, children
+from serve_process import ServeProcess, children, free_port
 
 import gen_big_table  # beside this script
 
@@ -47,7 +54,7 @@ def big_table(workdir: Path) -> Path:
     return path
 
 
-def start(workers: int, tables: dict[str, Path], workdir: Path) -> ServeProcess:
+def start(workers: int, tables: dict[str, Path], workdir: Path, routes: dict[str, tuple[str, str]]) -> ServeProcess:
     listed = [{"name": name, "location": str(path)} for name, path in tables.items()]
     config = {
         "version": 1,
@@ -56,7 +63,7 @@ def start(workers: int, tables: dict[str, Path], workdir: Path) -> ServeProcess:
     }
     server = ServeProcess(config, workdir, "--workers", str(workers))
     time.sleep(2 + workers)  # every worker serving, not only the first to answer /health
-    for route, (method, table) in ROUTES.items():
+    for route, (method, table) in routes.items():
         url = f"{server.base}{TABLE}/{table}{route.split()[0]}"
         for _ in range(4 * workers):  # each worker's snapshot cache warmed
             answer = httpx.request(method, url, headers={"Authorization": f"Bearer {TOKEN}"}, json={}, timeout=60)
@@ -72,6 +79,30 @@ def script(workdir: Path, method: str) -> Path:
         lines += ['wrk.headers["Content-Type"] = "application/json"', 'wrk.body = "{}"']
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def bare_rate(workdir: Path, seconds: int) -> tuple[float, float]:
+    """Requests/s and CPU us/request of bare_app.py under the same wrk load."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "bare_app.py"), str(port)])
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.time() + 30
+        while True:
+            try:
+                for _ in range(50):
+                    httpx.get(url, timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if time.time() > deadline:
+                    raise SystemExit("bare_app.py did not start") from None
+                time.sleep(0.1)
+        before = cpu_seconds(proc.pid)
+        figure, count = rate(url, script(workdir, "GET"), seconds)
+        return figure, (cpu_seconds(proc.pid) - before) / count * 1e6
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -107,19 +138,25 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workdir", default=str(HERE.parent / ".bench"))
+    ap.add_argument("--routes", nargs="+", choices=list(ROUTES), default=list(ROUTES))
+    ap.add_argument("--peer", choices=["bare"], help="also load bare_app.py in each round, beside the server")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install wrk")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    tables = {"small": SHARED / "delta-tables" / "basic_partitioned", "big": big_table(workdir)}
-    rates: dict[tuple[int, str], list[float]] = {(n, r): [] for n in args.workers for r in ROUTES}
-    cpus: dict[tuple[int, str], list[float]] = {(n, r): [] for n in args.workers for r in ROUTES}
+    routes = {route: ROUTES[route] for route in args.routes}
+    tables = {"small": SHARED / "delta-tables" / "basic_partitioned"}
+    if any(table == "big" for _, table in routes.values()):
+        tables["big"] = big_table(workdir)
+    rates: dict[tuple[int, str], list[float]] = {(n, r): [] for n in args.workers for r in routes}
+    cpus: dict[tuple[int, str], list[float]] = {(n, r): [] for n in args.workers for r in routes}
+    peer: list[tuple[float, float]] = []
     for _ in range(args.rounds):
         for n in args.workers:
-            server = start(n, tables, workdir)
+            server = start(n, tables, workdir, routes)
             try:
-                for route, (method, table) in ROUTES.items():
+                for route, (method, table) in routes.items():
                     url = f"{server.base}{TABLE}/{table}{route.split()[0]}"
                     before = cpu_seconds(server.proc.pid)
                     figure, count = rate(url, script(workdir, method), args.seconds)
@@ -127,10 +164,12 @@ def main() -> None:
                     cpus[(n, route)].append((cpu_seconds(server.proc.pid) - before) / count * 1e6)
             finally:
                 server.stop()
+        if args.peer == "bare":
+            peer.append(bare_rate(workdir, args.seconds))
     print(f"{os.cpu_count()} CPUs; wrk -t1 -c16, {args.seconds} s a route, {args.rounds} round(s)")
     first = args.workers[0]
     print(f"{'route':<18}" + "".join(f"{f'{n} worker(s) req/s':>34}" for n in args.workers) + "   ratio")
-    for route in ROUTES:
+    for route in routes:
         cells = []
         for n in args.workers:
             each = " ".join(f"{r:.0f}" for r in rates[(n, route)])
@@ -141,8 +180,14 @@ def main() -> None:
         )
         print(f"{route:<18}" + "".join(cells) + f"   {ratios}")
     print(f"{'CPU us/request':<18}" + "".join(f"{f'{n} worker(s)':>34}" for n in args.workers))
-    for route in ROUTES:
+    for route in routes:
         print(f"{route:<18}" + "".join(f"{min(cpus[(n, route)]):>34.0f}" for n in args.workers))
+    if peer:
+        each = " ".join(f"{r:.0f}" for r, _ in peer)
+        print(
+            f"{'bare uvicorn':<18}{statistics.mean(r for r, _ in peer):>10.0f} [{each}] req/s, "
+            f"{min(c for _, c in peer):.0f} CPU us/request"
+        )
 
 
 if __name__ == "__main__":

@@ -15,13 +15,14 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.errors import ServerErrorMiddleware
 
 from deltaport.catalog.store import CatalogDB
 from deltaport.delta import SnapshotCache
 from deltaport.errors import DeltaportError
 from deltaport.server import errors
 from deltaport.server.fast.file_keys import KeyingPool
-from deltaport.server.fast.hot_paths import HotTableCalls
+from deltaport.server.fast.hot_paths import TAKEN, HotTableCalls
 from deltaport.server.ops import api_doc, health
 from deltaport.server.ops.access_log import AccessLog
 from deltaport.server.ops.audit import AuditLog, config_audit_log
@@ -185,7 +186,49 @@ def _observe(
 
 
 class _App(FastAPI):
-    """The app, its API document described by api_doc (inputs as the server reads them)."""
+    """The app, its API document described by api_doc (inputs as the server reads them).
+
+    A request the hot paths answer (``hot``: hot_paths.py) skips the framework's own layers
+    around the app's middleware (its telemetry check, error and body-limit middleware): it goes
+    through the app's middleware (access log, observer, hot paths) under the same
+    ServerErrorMiddleware and 500 handler. With OpenTelemetry configured, every request takes
+    the framework's way, whose spans it makes (the framework's check of that costs as much as
+    the hot paths' own work, so it is made at most once a second: a provider configured while
+    the server runs is seen within a second)."""
+
+    hot: HotTableCalls | None = None
+    _hot_stack: Any = None
+    _untraced_until = 0.0  # monotonic time until which OpenTelemetry is known to be unconfigured
+
+    def _untraced(self) -> bool:
+        now = time.monotonic()
+        if now < self._untraced_until:
+            return True
+        if self._native_telemetry.enabled():
+            return False
+        self._untraced_until = now + 1.0
+        return True
+
+    async def __call__(self, scope, receive, send) -> None:
+        hot = self.hot
+        if hot is not None and scope["type"] == "http" and "fastapi.telemetry" not in scope:
+            taken = hot.take(scope)
+            if taken is not None and self._untraced():
+                scope[TAKEN] = taken
+                scope["app"] = self
+                if self._hot_stack is None:
+                    self._hot_stack = self._build_hot_stack()
+                return await self._hot_stack(scope, receive, send)
+        await super().__call__(scope, receive, send)
+
+    def _build_hot_stack(self) -> Any:
+        """The app's middleware, innermost the hot paths (which answer what they took), under the
+        framework's ServerErrorMiddleware with the app's 500 handler."""
+        app: Any = self.router  # never reached: the hot paths answer every request sent this way
+        for cls, args, kwargs in reversed(self.user_middleware):
+            app = cls(app, *args, **kwargs)
+        handler = self.exception_handlers.get(500) or self.exception_handlers.get(Exception)
+        return ServerErrorMiddleware(app, handler=handler, debug=self.debug)
 
     def openapi(self) -> dict[str, Any]:
         if self.openapi_schema is None:
@@ -257,11 +300,10 @@ def _add_hot_paths(app: FastAPI, prefix: str, hot: dict[str, Any]) -> None:
         for r in app.routes
         if isinstance(r, APIRoute) and r.path in paths and "GET" in (r.methods or ())
     }
-    app.add_middleware(
-        HotTableCalls,
-        prefix=prefix,
-        routes=found,
-        calls={
+    hot_paths: dict[str, Any] = {
+        "prefix": prefix,
+        "routes": found,
+        "calls": {
             name: (
                 handler,
                 declared_query_params(found[name]),
@@ -269,4 +311,7 @@ def _add_hot_paths(app: FastAPI, prefix: str, hot: dict[str, Any]) -> None:
             )
             for name, handler in hot.items()
         },
-    )
+    }
+    app.add_middleware(HotTableCalls, **hot_paths)
+    if isinstance(app, _App):
+        app.hot = HotTableCalls(None, **hot_paths)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +15,7 @@ import pytest
 from servers import RunningServer
 
 from deltaport.server import create_app, parse_config
+from deltaport.server.fast import freshness
 from deltaport.storage import store_for
 
 T = "/delta-sharing/shares/s/schemas/d/tables/t"
@@ -92,3 +95,59 @@ def test_concurrent_polls_share_refreshes(served):
     assert all(r.status_code == 200 and r.headers["delta-table-version"] == "0" for r in answers)
     listings = store.listings - before
     assert 1 <= listings <= 6, f"{listings} listings for 24 concurrent polls"
+
+
+class _Listed:
+    """A table whose latest version is how many listings it has had; each listing's start is noted."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.starts: list[float] = []
+
+    def latest_version(self) -> int:
+        self.starts.append(time.monotonic())
+        time.sleep(self.seconds)
+        return len(self.starts)
+
+
+def test_refreshes_are_spaced_and_none_predates_a_request(monkeypatch):
+    monkeypatch.setattr(freshness, "SPACING_S", 0.05)
+    table = _Listed(seconds=0.01)
+
+    async def polls() -> list[tuple[float, int]]:
+        latest = freshness.LatestState(ThreadPoolExecutor(2))
+
+        async def poll(delay: float) -> tuple[float, int]:
+            await asyncio.sleep(delay)
+            arrived = time.monotonic()
+            return arrived, await latest.version(table)  # type: ignore[arg-type]  # a table's one call
+
+        return await asyncio.gather(*(poll(i * 0.004) for i in range(60)))
+
+    answers = asyncio.run(polls())
+    starts = table.starts
+    assert all(b - a >= 0.04 for a, b in itertools.pairwise(starts)), starts  # spaced (thread start jitter aside)
+    assert 3 <= len(starts) <= 10, starts  # 60 requests over 0.24 s share a few refreshes
+    for arrived, version in answers:  # each answer is of a listing that started after its request
+        assert starts[version - 1] >= arrived, (arrived, version, starts)
+
+
+def test_the_spacing_holds_a_request_only_right_after_a_refresh(monkeypatch):
+    monkeypatch.setattr(freshness, "SPACING_S", 0.3)
+    table = _Listed(seconds=0)
+
+    async def timed(latest: freshness.LatestState) -> float:
+        began = time.monotonic()
+        await latest.version(table)  # type: ignore[arg-type]  # a table's one call
+        return time.monotonic() - began
+
+    async def polls() -> list[float]:
+        latest = freshness.LatestState(ThreadPoolExecutor(1))
+        first, second = await timed(latest), await timed(latest)
+        await asyncio.sleep(0.35)
+        return [first, second, await timed(latest)]
+
+    first, second, later = asyncio.run(polls())
+    assert first < 0.2  # the first refresh starts at once
+    assert 0.2 < second < 1.0  # right after it, the next waits for the spacing
+    assert later < 0.2  # long after it, not

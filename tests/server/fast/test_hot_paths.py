@@ -12,6 +12,7 @@ from servers import RunningServer
 
 from deltaport.server import create_app, parse_config
 from deltaport.server.fast.hot_paths import HotTableCalls
+from deltaport.storage import store_for
 
 T = "/delta-sharing/shares/corpus/schemas/default/tables"
 ALICE = {"Authorization": f"Bearer {TOKEN}"}
@@ -147,3 +148,52 @@ def test_hot_answers_are_in_the_access_log(clients, caplog):
         hot.get(f"{T}/partitioned/version", headers=ALICE)
     assert f"GET {T}/partitioned/version 200" in caplog.text
     assert TOKEN not in caplog.text
+    record = next(r for r in caplog.records if r.name == "deltaport.access")
+    assert (record.levelname, record.filename, record.funcName) == ("INFO", "access_log.py", "__call__")
+
+
+class _FailingListing:
+    """A table's store whose log listings fail with an error no layer expects (a bug, say)."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def list_dir(self, *args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+
+def test_an_unexpected_error_on_the_hot_path_is_the_routes_500(caplog):
+    config = parse_config(corpus_config())
+    opener = lambda location, options: _FailingListing(store_for(location, options))  # noqa: E731
+    servers = [RunningServer(create_app(config, store=opener, hot_paths=on)) for on in (True, False)]
+    try:
+        with caplog.at_level(logging.INFO):
+            a, b = (httpx.get(f"{s.url}{T}/partitioned/version", headers=ALICE) for s in servers)
+    finally:
+        for s in servers:
+            s.stop()
+    assert (
+        (a.status_code, a.json()) == (b.status_code, b.json()) == (500, {"errorCode": "INTERNAL_ERROR", "message": ""})
+    )
+    assert _headers(a) == _headers(b)
+    logged = [r.getMessage().rsplit(" ", 1)[0] for r in caplog.records if r.name == "deltaport.access"]
+    assert logged == [f"GET {T}/partitioned/version 0"] * 2, logged  # no response had started
+    assert sum("unexpected error on GET" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_hot_answers_take_the_framework_s_way_only_under_opentelemetry(traced, monkeypatch):
+    app = create_app(parse_config(corpus_config()))
+    monkeypatch.setattr(app._native_telemetry, "enabled", lambda: traced)  # the framework's own check
+
+    async def get() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.get(f"{T}/partitioned/version", headers=ALICE)
+
+    answer = asyncio.run(get())
+    assert answer.status_code == 200
+    assert answer.headers["delta-table-version"]
+    assert (app._hot_stack is None) == traced  # the hot paths' own stack is made when first taken

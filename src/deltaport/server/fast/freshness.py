@@ -5,9 +5,11 @@ Clients poll /version and /metadata. Each answer must reflect every commit that 
 request arrived, so each needs a fresh listing of the table's log, and listing (and replaying new
 commits) is table-state work that never runs on the event loop. Handing every request to a thread
 costs more than the answer itself, so requests share refreshes: a request waits for a refresh that
-starts after it arrived, and all requests that arrive while one refresh runs share the next one.
-Under load that is one thread hand-over per refresh instead of one per request, and no answer is
-older than its request.
+starts after it arrived, and all requests that arrive before the next refresh starts share it (those
+that arrive while one runs, and those that arrive until it starts). A refresh starts once the one
+before is done, and no sooner than ``SPACING_S`` after that one started: under load that is one
+thread hand-over for many requests instead of one per request, and no answer is older than its
+request.
 
 Fast form of: listing the log and replaying it in the framework's thread pool for every request
 (``DeltaTable.latest_version``, ``DeltaTable.snapshot``). Held equal by:
@@ -23,15 +25,23 @@ from typing import Any
 
 from deltaport.delta import DeltaTable, Snapshot
 
+#: Least seconds between the starts of two refreshes of one table's state (of one kind). Under load
+#: it sets how many requests share a refresh (a thread hand-over costs a busy server more than the
+#: listing): with 16 polls of a cached table in flight, one refresh per ~16 polls instead of ~6.
+#: A request waits for it at most this long, and only when the last refresh started that recently.
+SPACING_S = 0.0005
+
 
 class _Refreshes:
-    """The refresh running for one (table, kind) and the one queued behind it."""
+    """The refresh running for one (table, kind), the one queued behind it, and when the last one
+    started (loop time)."""
 
-    __slots__ = ("queued", "running")
+    __slots__ = ("queued", "running", "started")
 
     def __init__(self) -> None:
         self.running: asyncio.Future[Any] | None = None
         self.queued: asyncio.Future[Any] | None = None
+        self.started = float("-inf")
 
 
 class LatestState:
@@ -56,20 +66,23 @@ class LatestState:
         return await self._fresh(table, "snapshot", load)
 
     async def _fresh(self, table: DeltaTable, kind: str, work: Callable[[], Any]) -> Any:
-        state = self._refreshes.setdefault((table, kind), _Refreshes())
-        if state.running is None or state.running.done():
-            state.running = asyncio.ensure_future(self._run(work))
-            return await asyncio.shield(state.running)
-        if state.queued is None:  # the running refresh may predate this request: wait for the next
-            state.queued = asyncio.ensure_future(self._after(state, work))
+        state = self._refreshes.get((table, kind))
+        if state is None:
+            state = self._refreshes[(table, kind)] = _Refreshes()
+        if state.queued is None:  # none waiting to start (the running one may predate this request)
+            state.queued = asyncio.ensure_future(self._next(state, work))
         return await asyncio.shield(state.queued)
 
-    async def _run(self, work: Callable[[], Any]) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.pool, work)
-
-    async def _after(self, state: _Refreshes, work: Callable[[], Any]) -> Any:
+    async def _next(self, state: _Refreshes, work: Callable[[], Any]) -> Any:
+        """Once the running refresh is done and SPACING_S after it started, this one starts: from
+        then on, requests wait for the next."""
         running = state.running
-        assert running is not None
-        await asyncio.wait([running])  # its outcome is its own requests'
+        if running is not None and not running.done():
+            await asyncio.wait([running])  # its outcome is its own requests'
+        loop = asyncio.get_running_loop()
+        wait = state.started + SPACING_S - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
         state.running, state.queued = state.queued, None
-        return await self._run(work)
+        state.started = loop.time()
+        return await loop.run_in_executor(self.pool, work)

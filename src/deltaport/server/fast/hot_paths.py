@@ -28,6 +28,8 @@ from deltaport.server import errors
 
 #: A handler gets share, schema, table, the query parameters and the headers it names.
 Handler = Callable[[str, str, str, dict[str, str], dict[str, str]], Awaitable[Response]]
+#: The scope key of a call :meth:`HotTableCalls.take` has read already (the app's front, app.py).
+TAKEN = "deltaport.hot_call"
 #: Per call (the last path segment): its handler, the query parameters its route declares, and the
 #: (lower-case) headers it reads.
 Call = tuple[Handler, tuple[str, ...], tuple[str, ...]]
@@ -47,24 +49,33 @@ class HotTableCalls:
             + r")"
         )
 
-    async def __call__(self, scope, receive, send):
+    def take(self, scope) -> tuple[str, Handler, dict[str, str], dict[str, str]] | None:
+        """The call (its name, handler, query parameters and headers) when this middleware answers
+        ``scope``, else None: the routes answer it."""
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
             match = self.pattern.fullmatch(scope["path"])
             if match is not None:
-                handler, accepted, wanted = self.calls[match.group(4)]
+                name = match.group(4)
+                handler, accepted, wanted = self.calls[name]
                 call = _read(scope, accepted, wanted)
                 if call is not None:
-                    query, headers = call
-                    share, schema, table = match.group(1, 2, 3)
-                    if match.group(4) in self.routes:
-                        scope["route"] = self.routes[match.group(4)]
-                    scope["path_params"] = {"share": share, "schema": schema, "table": table}
-                    try:
-                        response = await handler(share, schema, table, query, headers)
-                    except DeltaportError as exc:
-                        response = await errors.deltaport_error(Request(scope), exc)
-                    return await response(scope, receive, send)
-        await self.app(scope, receive, send)
+                    scope["path_params"] = {"share": match.group(1), "schema": match.group(2), "table": match.group(3)}
+                    return name, handler, call[0], call[1]
+        return None
+
+    async def __call__(self, scope, receive, send):
+        taken = scope.pop(TAKEN, None) or self.take(scope)
+        if taken is None:
+            return await self.app(scope, receive, send)
+        name, handler, query, headers = taken
+        if name in self.routes:
+            scope["route"] = self.routes[name]
+        params = scope["path_params"]
+        try:
+            response = await handler(params["share"], params["schema"], params["table"], query, headers)
+        except DeltaportError as exc:
+            response = await errors.deltaport_error(Request(scope), exc)
+        await response(scope, receive, send)
 
 
 def _read(scope, accepted: tuple[str, ...], wanted: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str]] | None:

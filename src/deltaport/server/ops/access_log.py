@@ -23,6 +23,9 @@ def logged_path(path: str) -> str:
     return path
 
 
+_LINE = "%s %s %s %.1fms"
+
+
 class AccessLog:
     """Pure ASGI access log: method, path, status, time. Never the query string (URL signatures,
     tokens), never headers (bearer tokens), never an activation link's token."""
@@ -44,10 +47,12 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_and_note)
         finally:
-            access_log.info(
-                "%s %s %s %.1fms",
-                scope["method"],
-                logged_path(scope["path"]),
-                status[0],
-                (time.perf_counter() - start) * 1000,
+            args = (scope["method"], logged_path(scope["path"]), status[0], (time.perf_counter() - start) * 1000)
+            # Logger.info's record without its search of the stack for the caller (a fifth of its
+            # cost, on every request): the record names this method instead
+            access_log.handle(
+                access_log.makeRecord(access_log.name, logging.INFO, *_WHERE, _LINE, args, None, "__call__")
             )
+
+
+_WHERE = (__file__, AccessLog.__call__.__code__.co_firstlineno)
