@@ -21,9 +21,10 @@ line, before Spark runs anything.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -292,12 +293,37 @@ def _logical_columns(spark: Any, plan: _Plan, logical: Any, physical: Any) -> li
     return columns
 
 
+#: Spark lists more paths than this with a Spark job (a large part of a second); a local cache's
+#: files are listed on the driver in milliseconds instead
+_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+
+@contextlib.contextmanager
+def _listed_on_the_driver(spark: Any, area: CacheArea, paths: int) -> Iterator[None]:
+    """While a classic session resolves a read of ``paths`` local cache entries, Spark lists them
+    on the driver. (A Connect session resolves the read later, under its own setting; an object
+    store's cache keeps Spark's parallel listing.)"""
+    if not isinstance(area, LocalArea) or is_connect(spark):
+        yield
+        return
+    before = spark.conf.get(_LISTING_THRESHOLD, None)
+    spark.conf.set(_LISTING_THRESHOLD, str(max(paths, int(before or 32))))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(_LISTING_THRESHOLD)
+        else:
+            spark.conf.set(_LISTING_THRESHOLD, before)
+
+
 def _dataframe(spark: Any, plan: _Plan, area: CacheArea, relpaths: Sequence[str], table_folder: str) -> Any:
     read_schema, logical, physical = _read_schema(plan)
     reader = spark.read.schema(read_schema)
     if relpaths:
         reader = reader.option("basePath", area.uri(table_folder))
-    frame = reader.parquet(*[area.uri(relpath) for relpath in relpaths])
+    with _listed_on_the_driver(spark, area, len(relpaths)):
+        frame = reader.parquet(*[area.uri(relpath) for relpath in relpaths])
     return frame.select(*_logical_columns(spark, plan, logical, physical))
 
 
