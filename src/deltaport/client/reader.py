@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltaport.client.download import DEFAULT_DOWNLOAD_RETRY, download, download_into
@@ -103,6 +102,8 @@ def _cast(arr: pa.Array, target: pa.DataType) -> pa.Array:
         return arr
     if pa.types.is_null(arr.type):
         return pa.nulls(len(arr), target)
+    import pyarrow.compute as pc  # here: most reads cast nothing, and its import takes a tenth of a second
+
     if pa.types.is_timestamp(target) or pa.types.is_time(target):
         return pc.cast(arr, options=pc.CastOptions(target, allow_time_truncate=True))
     return pc.cast(arr, target)
