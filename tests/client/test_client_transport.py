@@ -7,9 +7,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import pyarrow as pa
 import pytest
 
-from deltaport.client.transport import FileTransport, file_http_client
+from deltaport.client.download import download_into
+from deltaport.client.transport import FileTransport, direct_pool, file_http_client
 
 BODY = bytes(range(256)) * 4096  # 1 MiB
 
@@ -126,3 +128,18 @@ def test_proxies_from_the_environment_use_httpx(monkeypatch, http_server):
     assert transport._proxied(httpx.Request("GET", "http://example.com/x"))
     monkeypatch.setenv("NO_PROXY", "example.com")
     assert not FileTransport()._proxied(httpx.Request("GET", "http://example.com/x"))
+
+
+def test_whole_files_straight_into_arrow_memory_on_the_transports_connections(monkeypatch, http_server):
+    with file_http_client() as http:
+        pool = direct_pool(http, http_server + "/data")
+        assert pool is not None
+        assert download_into(http_server + "/data", pool, pa.allocate_buffer).to_pybytes() == BODY
+        assert download_into(http_server + "/redirect", pool, pa.allocate_buffer) is None  # httpx follows those
+        assert sum(len(conns) for conns in pool._idle.values()) == 1  # kept alive for the next file
+    with httpx.Client() as plain:
+        assert direct_pool(plain, http_server + "/data") is None
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "")
+    with file_http_client() as proxied:
+        assert direct_pool(proxied, "http://example.com/x") is None

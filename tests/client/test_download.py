@@ -14,9 +14,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import httpx
+import pyarrow as pa
 import pytest
 
-from deltaport.client.download import ConnectionPool, Transient, copy_range, copy_url, download, retrying
+from deltaport.client.download import (
+    ConnectionPool,
+    Transient,
+    copy_range,
+    copy_url,
+    download,
+    download_into,
+    retrying,
+)
 from deltaport.client.errors import ConnectionFailed, FileDownloadError, IncompleteResponse, UrlExpired
 from deltaport.client.renewal import MAX_ATTEMPTS, UrlRenewer
 from deltaport.client.rest import RestClient
@@ -114,10 +123,25 @@ def _copy(url: str, file_id: str, retry: RetryPolicy = FAST) -> bytes:
     return out.getvalue()
 
 
+def _into(url: str, file_id: str, retry: RetryPolicy = FAST) -> bytes:
+    pool = ConnectionPool()
+    try:
+        return download_into(url, pool, pa.allocate_buffer, retry=retry, file_id=file_id).to_pybytes()
+    finally:
+        pool.close()
+
+
+def _get(fetch: str, url: str, http: httpx.Client, file_id: str) -> bytes:
+    if fetch == "download":
+        return download(url, http, retry=FAST, file_id=file_id)
+    return (_copy if fetch == "copy" else _into)(url, file_id)
+
+
 def test_whole_files_and_ranges_come_from_the_server(file_action, front, http):
     whole = download(file_action.url, http, file_id=file_action.id)
     assert len(whole) == file_action.size and whole[:4] == b"PAR1"
     assert _copy(file_action.url, file_action.id) == whole
+    assert _into(file_action.url, file_action.id) == whole
     part = download(front.via(file_action.url), http, byte_range=(5, 100), file_id=file_action.id)
     assert part == whole[5:105]
     assert front.seen[-1]["range"] == "bytes=5-104" and front.statuses[-1] == 206  # the storage cut it, not us
@@ -164,14 +188,12 @@ def test_a_file_of_another_size_than_listed_is_one_line_naming_the_fix(file_acti
         _copy_range(front.via(file_action.url), file_action, 0, 10)
 
 
-@pytest.mark.parametrize("fetch", ["download", "copy"])
+@pytest.mark.parametrize("fetch", ["download", "copy", "into"])
 def test_503_is_retried_with_the_policy_then_an_error_of_that_status(file_action, front, http, fetch):
     url = front.via(file_action.url)
 
     def get() -> bytes:
-        if fetch == "download":
-            return download(url, http, retry=FAST, file_id=file_action.id)
-        return _copy(url, file_action.id)
+        return _get(fetch, url, http, file_action.id)
 
     front.script = [(503, b"slow down"), (503, b"slow down")]
     assert len(get()) == file_action.size
@@ -183,7 +205,7 @@ def test_503_is_retried_with_the_policy_then_an_error_of_that_status(file_action
     assert front.statuses[3:] == [503] * (FAST.max_retries + 1)
 
 
-@pytest.mark.parametrize("fetch", ["download", "copy"])
+@pytest.mark.parametrize("fetch", ["download", "copy", "into"])
 @pytest.mark.parametrize(
     ("status", "body", "error", "needle"),
     [
@@ -199,10 +221,7 @@ def test_4xx_is_an_error_at_once(file_action, front, http, fetch, status, body, 
     url = front.via(file_action.url)
     front.script = [(status, body)]
     with pytest.raises(error, match=needle) as err:
-        if fetch == "download":
-            download(url, http, retry=FAST, file_id=file_action.id)
-        else:
-            _copy(url, file_action.id)
+        _get(fetch, url, http, file_action.id)
     assert type(err.value) is error and err.value.http_status == status and err.value.file_id == file_action.id
     assert len(front.seen) == 1  # not retried
     assert urlsplit(url).query not in str(err.value)
@@ -215,6 +234,8 @@ def test_a_forged_signature_is_refused_by_the_real_server(file_action, http):
         download(forged, http, retry=FAST, file_id=file_action.id)
     with pytest.raises(UrlExpired):
         _copy(forged, file_action.id)
+    with pytest.raises(UrlExpired):
+        _into(forged, file_action.id)
 
 
 def test_connection_errors_are_retried_then_one_line(http):

@@ -46,11 +46,13 @@ __all__ = [
     "copy_url",
     "describe",
     "download",
+    "download_into",
     "retrying",
     "status_error",
 ]
 
 T = TypeVar("T")
+B = TypeVar("B")
 
 DEFAULT_DOWNLOAD_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
 CHUNK = 8 << 20
@@ -302,6 +304,65 @@ def download(
         raise status_error(status, response.content, url=url, file_id=file_id)
 
     return retrying(once, retry, what=f"file {file_id}" if file_id else describe(url), url=url, file_id=file_id)
+
+
+def download_into(
+    url: str,
+    pool: ConnectionPool,
+    allocate: Callable[[int], B],
+    *,
+    retry: RetryPolicy = DEFAULT_DOWNLOAD_RETRY,
+    file_id: str | None = None,
+) -> B | None:
+    """GET the whole file at ``url`` through ``pool`` straight into ``allocate(length)``, a writable
+    buffer (Arrow's memory pool hands back memory already paged in, where a new ``bytes`` of each
+    file would fault in every page), with :func:`download`'s retries and errors. None when the
+    storage redirects: :func:`download` follows redirects."""
+    key, target = _key_and_target(url)
+
+    def once() -> B | None:
+        try:
+            conn, response = pool.send("GET", key, target, [("Accept-Encoding", "identity")])
+        except httpx.TransportError as exc:
+            raise Transient(f"{type(exc).__name__}: {exc}") from exc
+        out: B | None = None
+        body = b""
+        try:
+            if response.status == 200:
+                out = _read_into(response, allocate)
+            else:
+                body = response.read()
+        except (http.client.HTTPException, OSError) as exc:
+            conn.close()
+            raise Transient(f"{type(exc).__name__}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        pool.release(key, conn, response)
+        if out is not None or 300 <= response.status < 400:
+            return out
+        if is_retryable_status(response.status):
+            raise _transient_status(response.status, response.getheaders(), body)
+        raise status_error(response.status, body, url=url, file_id=file_id)
+
+    return retrying(once, retry, what=f"file {file_id}" if file_id else describe(url), url=url, file_id=file_id)
+
+
+def _read_into(response: http.client.HTTPResponse, allocate: Callable[[int], B]) -> B:
+    if response.length is None:  # no Content-Length (chunked): read it all, then copy
+        body = response.read()
+        out = allocate(len(body))
+        memoryview(out).cast("B")[:] = body  # type: ignore[arg-type]  # B is a writable buffer
+        return out
+    out = allocate(response.length)
+    view = memoryview(out).cast("B")  # type: ignore[arg-type]
+    done = 0
+    while done < len(view):
+        n = response.readinto(view[done:])
+        if not n:
+            raise http.client.IncompleteRead(b"", len(view) - done)
+        done += n
+    return out
 
 
 def _copy_via_proxy(

@@ -16,14 +16,13 @@ from typing import Any
 import httpx
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from deltaport.client.download import DEFAULT_DOWNLOAD_RETRY, download
+from deltaport.client.download import DEFAULT_DOWNLOAD_RETRY, download, download_into
 from deltaport.client.errors import FileDownloadError
 from deltaport.client.model import FileAction
 from deltaport.client.schema import CHANGE_COLUMNS, ColumnSpec, TableInfo, parse_partition_value
-from deltaport.client.transport import file_http_client
+from deltaport.client.transport import direct_pool, file_http_client
 from deltaport.dv import DeletionVectorDescriptor, keep_mask, read_dv
 
 __all__ = ["DEFAULT_DOWNLOAD_RETRY", "conform", "download", "read_change_file", "read_file", "row_mask"]
@@ -49,6 +48,16 @@ class _OwnClient:
     def __exit__(self, *exc) -> None:
         if self.owned and self.http is not None:
             self.http.close()
+
+
+def _download_file(url: str, http: httpx.Client, file_id: str) -> pa.Buffer:
+    """A whole data file, in Arrow memory when ``http``'s connections can be used directly."""
+    pool = direct_pool(http, url)
+    if pool is not None:
+        data = download_into(url, pool, pa.allocate_buffer, file_id=file_id)
+        if data is not None:
+            return data
+    return pa.py_buffer(download(url, http, file_id=file_id))
 
 
 # --- deletion vectors ------------------------------------------------------------------------------
@@ -93,6 +102,8 @@ def _cast(arr: pa.Array, target: pa.DataType) -> pa.Array:
         return arr
     if pa.types.is_null(arr.type):
         return pa.nulls(len(arr), target)
+    import pyarrow.compute as pc  # here: most reads cast nothing, and its import takes a tenth of a second
+
     if pa.types.is_timestamp(target) or pa.types.is_time(target):
         return pc.cast(arr, options=pc.CastOptions(target, allow_time_truncate=True))
     return pc.cast(arr, target)
@@ -205,7 +216,7 @@ def _read(
 ) -> pa.Table:
     specs = _selected(table, columns)
     with _OwnClient(http) as client:
-        data = download(action.url, client, file_id=action.id)
+        data = _download_file(action.url, client, action.id)
         try:
             pf = pq.ParquetFile(pa.BufferReader(data), coerce_int96_timestamp_unit="us")
             file_names, sources = _column_sources(pf.schema_arrow.names, specs, action)

@@ -22,7 +22,7 @@ import httpx
 
 from deltaport.client.download import ConnectionPool, network_error
 
-__all__ = ["FileTransport", "file_http_client"]
+__all__ = ["FileTransport", "direct_pool", "file_http_client"]
 
 _SKIP_HEADERS = frozenset({"host", "accept-encoding", "connection", "content-length", "transfer-encoding"})
 
@@ -100,3 +100,15 @@ def file_http_client(
         timeout=httpx.Timeout(timeout, connect=30.0),
         follow_redirects=True,
     )
+
+
+def direct_pool(http: httpx.Client, url: str) -> ConnectionPool | None:
+    """The connections ``http`` would fetch ``url`` on when they can be used directly: its transport
+    is a :class:`FileTransport` and no proxy applies to the URL; else None (use ``http`` itself)."""
+    transport = getattr(http, "_transport", None)  # httpx keeps the transport it was given there
+    if not isinstance(transport, FileTransport):
+        return None
+    parts = httpx.URL(url)
+    if parts.scheme not in ("http", "https") or transport.pool.proxied(parts.scheme, parts.host):
+        return None
+    return transport.pool
