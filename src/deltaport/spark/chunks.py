@@ -18,7 +18,6 @@ chunks back to back, and the original footer rewritten (:func:`compact_footer`):
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -200,7 +199,7 @@ Placed = dict[tuple[int, int], int]  # (original row group, leaf) -> offset or l
 
 
 def _row_group(group: Struct, number: int, placed: Placed, lengths: Placed) -> Struct:
-    group = copy.deepcopy(group)
+    """``group`` (of a tree decoded for this footer alone: changed in place) as the entry holds it."""
     mine = [(leaf, place) for (g, leaf), place in placed.items() if g == number]
     region = min(place for _, place in mine)
     for leaf, column in enumerate(group.get(pf.RG_COLUMNS).items):
