@@ -239,3 +239,25 @@ class AzuriteServer:
                 full = Path(root) / name
                 client.upload_blob(f"{prefix}/{full.relative_to(local).as_posix()}", full.read_bytes(), overwrite=True)
         return f"az://{container}/{prefix}"
+
+
+class SlowPlanning:
+    """A deltaport app's store opener (``create_app(..., store=)``): the tables' real stores, where
+    each listing of a table's log takes ``delay`` seconds while it is > 0, so that planning a
+    query outlasts the server's asynchronous-query threshold."""
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+
+    def __call__(self, location, options):
+        from deltaport.storage import store_for
+
+        inner = store_for(location, options)
+        listing = inner.list_dir
+
+        def list_dir(*args, **kwargs):
+            time.sleep(self.delay)
+            return listing(*args, **kwargs)
+
+        inner.list_dir = list_dir
+        return inner

@@ -12,36 +12,16 @@ from collections.abc import Iterator
 import pytest
 from client_support import TABLES, RecordingTransport
 from secret_scan import secrets_used
-from servers import RunningServer
+from servers import RunningServer, SlowPlanning
 
 import deltaport.client as ds
 from deltaport.client.errors import SharingServerError
 from deltaport.server import create_app, parse_config
-from deltaport.storage import store_for
 
 TOKEN = "async-read-token-c41f"
 secrets_used.add(TOKEN, label="an async read test's token")
 pytest_plugins = ["client_fixtures"]
 WAITING = "s.d.t: waiting for the server to plan the query ("
-
-
-class SlowPlanning:
-    """Opens the tables' real stores; while ``delay`` > 0 each listing of a table's log takes that
-    many seconds, so planning a query outlasts the server's threshold."""
-
-    def __init__(self) -> None:
-        self.delay = 0.0
-
-    def __call__(self, location, options):
-        inner = store_for(location, options)
-        listing = inner.list_dir
-
-        def list_dir(*args, **kwargs):
-            time.sleep(self.delay)
-            return listing(*args, **kwargs)
-
-        inner.list_dir = list_dir
-        return inner
 
 
 @pytest.fixture

@@ -11,34 +11,15 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import TABLES, RequestRecorder
-from servers import RunningServer
+from servers import RunningServer, SlowPlanning
 from test_spark_batch import rows_of
 
 import deltaport.client as ds
 from deltaport.client.errors import SharingServerError
 from deltaport.server import create_app, parse_config
 from deltaport.spark import read_table, register
-from deltaport.storage import store_for
 
 TOKEN = "spark-async-token-7d2e"
-
-
-class SlowPlanning:
-    """The tables' real stores; while ``delay`` > 0 each listing of a log takes that long."""
-
-    def __init__(self) -> None:
-        self.delay = 0.0
-
-    def __call__(self, location, options):
-        inner = store_for(location, options)
-        listing = inner.list_dir
-
-        def list_dir(*args, **kwargs):
-            time.sleep(self.delay)
-            return listing(*args, **kwargs)
-
-        inner.list_dir = list_dir
-        return inner
 
 
 class Served:

@@ -29,7 +29,7 @@ import ssl
 import threading
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -389,23 +389,32 @@ def _copy_via_proxy(
     return written, response.status_code
 
 
-def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
-    """One GET of ``url`` streamed into ``out`` (``write`` is called with chunks of up to 8 MiB: the
-    socket read and the write run in C, the GIL released); returns the bytes written. Raises
+def _stream_get(
+    url: str,
+    out: Any,
+    *,
+    pool: ConnectionPool,
+    file_id: str,
+    extra: Sequence[tuple[str, str]] = (),
+    ok: tuple[int, ...] = (200,),
+    check: Callable[[http.client.HTTPResponse], None] | None = None,
+) -> tuple[int, int]:
+    """One GET of ``url`` through ``pool`` (with ``extra`` headers), its body streamed into ``out``
+    when the status is in ``ok`` (after ``check``); returns (bytes written, status). Raises
     :func:`status_error`'s errors, or :class:`Transient` (see :func:`retrying`)."""
     key, target = _key_and_target(url)
-    if pool.proxied(key[0], key[1]):
-        return _copy_via_proxy(url, out, file_id, pool.timeout)[0]
     try:
-        conn, response = pool.send("GET", key, target, [("Accept-Encoding", "identity")])
+        conn, response = pool.send("GET", key, target, [("Accept-Encoding", "identity"), *extra])
     except httpx.TransportError as exc:
         raise Transient(f"{type(exc).__name__}: {exc}") from exc
     body: bytes | None = None
     written = 0
     try:
-        if response.status != 200:
+        if response.status not in ok:
             body = response.read()
         else:
+            if check is not None:
+                check(response)
             while chunk := response.read(CHUNK):
                 out.write(chunk)
                 written += len(chunk)
@@ -422,7 +431,17 @@ def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
         if is_retryable_status(response.status):
             raise _transient_status(response.status, response.getheaders(), body)
         raise status_error(response.status, body, url=url, file_id=file_id)
-    return written
+    return written, response.status
+
+
+def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
+    """One GET of ``url`` streamed into ``out`` (``write`` is called with chunks of up to 8 MiB: the
+    socket read and the write run in C, the GIL released); returns the bytes written. Raises
+    :func:`status_error`'s errors, or :class:`Transient` (see :func:`retrying`)."""
+    key, _ = _key_and_target(url)
+    if pool.proxied(key[0], key[1]):
+        return _copy_via_proxy(url, out, file_id, pool.timeout)[0]
+    return _stream_get(url, out, pool=pool, file_id=file_id)[0]
 
 
 def _changed(file_id: str, got: str, size: int) -> FileDownloadError:
@@ -458,37 +477,17 @@ def copy_range(
     store that ignores ``Range`` answers 200 with the whole file: it is streamed into ``out`` and
     the second value is False. A ``Content-Range`` whose total is not ``size`` raises (the file
     changed after it was listed); statuses as :func:`copy_url`."""
-    key, target = _key_and_target(url)
+    key, _ = _key_and_target(url)
     if pool.proxied(key[0], key[1]):
         written, status = _copy_via_proxy(url, out, file_id, pool.timeout, (start, end, size))
         return written, status == 206
-    headers = [("Accept-Encoding", "identity"), ("Range", f"bytes={start}-{end - 1}")]
-    try:
-        conn, response = pool.send("GET", key, target, headers)
-    except httpx.TransportError as exc:
-        raise Transient(f"{type(exc).__name__}: {exc}") from exc
-    body: bytes | None = None
-    written = 0
-    try:
-        if response.status not in (200, 206):
-            body = response.read()
-        else:
-            if response.status == 206:
-                _check_content_range(response.getheader("Content-Range"), start, end, size, file_id)
-            while chunk := response.read(CHUNK):
-                out.write(chunk)
-                written += len(chunk)
-            if response.length:
-                raise http.client.IncompleteRead(b"", response.length)
-    except (http.client.HTTPException, OSError) as exc:
-        conn.close()
-        raise Transient(f"{type(exc).__name__}: {exc}") from exc
-    except BaseException:
-        conn.close()
-        raise
-    pool.release(key, conn, response)
-    if body is not None:
-        if is_retryable_status(response.status):
-            raise _transient_status(response.status, response.getheaders(), body)
-        raise status_error(response.status, body, url=url, file_id=file_id)
-    return written, response.status == 206
+
+    def check(response: http.client.HTTPResponse) -> None:
+        if response.status == 206:
+            _check_content_range(response.getheader("Content-Range"), start, end, size, file_id)
+
+    range_header = ("Range", f"bytes={start}-{end - 1}")
+    written, status = _stream_get(
+        url, out, pool=pool, file_id=file_id, extra=[range_header], ok=(200, 206), check=check
+    )
+    return written, status == 206
