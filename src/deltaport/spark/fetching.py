@@ -26,6 +26,7 @@ import os
 import pickle
 import re
 import tempfile
+import threading
 import time
 import uuid
 import weakref
@@ -298,6 +299,7 @@ def _package_zip() -> str:
 
 _TMP = ".tmp-"
 _shipped: weakref.WeakSet = weakref.WeakSet()
+_shipping = threading.Lock()
 
 
 def workers_elsewhere(spark: Any) -> bool:
@@ -313,10 +315,11 @@ def ship_package(spark: Any) -> None:
     """Make the driver's deltaport the one the session's Python workers import (once per session):
     ``addArtifacts(pyfile=True)`` works on classic and Spark Connect sessions alike, and puts the
     zip before the workers' own packages."""
-    if spark in _shipped:
-        return
-    spark.addArtifacts(_package_zip(), pyfile=True)
-    _shipped.add(spark)
+    with _shipping:  # reads on several threads of one session ship it once (a second add fails)
+        if spark in _shipped:
+            return
+        spark.addArtifacts(_package_zip(), pyfile=True)
+        _shipped.add(spark)
 
 
 def _job_failed(exc: Exception) -> Exception:
