@@ -318,32 +318,12 @@ def download_into(
     buffer (Arrow's memory pool hands back memory already paged in, where a new ``bytes`` of each
     file would fault in every page), with :func:`download`'s retries and errors. None when the
     storage redirects: :func:`download` follows redirects."""
-    key, target = _key_and_target(url)
 
     def once() -> B | None:
-        try:
-            conn, response = pool.send("GET", key, target, [("Accept-Encoding", "identity")])
-        except httpx.TransportError as exc:
-            raise Transient(f"{type(exc).__name__}: {exc}") from exc
-        out: B | None = None
-        body = b""
-        try:
-            if response.status == 200:
-                out = _read_into(response, allocate)
-            else:
-                body = response.read()
-        except (http.client.HTTPException, OSError) as exc:
-            conn.close()
-            raise Transient(f"{type(exc).__name__}: {exc}") from exc
-        except BaseException:
-            conn.close()
-            raise
-        pool.release(key, conn, response)
+        response, out, body = _exchange(url, pool, (), (200,), lambda r: _read_into(r, allocate))
         if out is not None or 300 <= response.status < 400:
             return out
-        if is_retryable_status(response.status):
-            raise _transient_status(response.status, response.getheaders(), body)
-        raise status_error(response.status, body, url=url, file_id=file_id)
+        raise _refusal(response, body, url, file_id)
 
     return retrying(once, retry, what=f"file {file_id}" if file_id else describe(url), url=url, file_id=file_id)
 
@@ -389,6 +369,46 @@ def _copy_via_proxy(
     return written, response.status_code
 
 
+def _exchange(
+    url: str,
+    pool: ConnectionPool,
+    extra: Sequence[tuple[str, str]],
+    ok: tuple[int, ...],
+    consume: Callable[[http.client.HTTPResponse], T],
+) -> tuple[http.client.HTTPResponse, T | None, bytes]:
+    """One GET of ``url`` through ``pool`` (with ``extra`` headers): (the response, ``consume`` of it
+    when its status is in ``ok``, else None; the body of any other answer). A connection error, or
+    one while ``consume`` reads, is :class:`Transient`; the connection goes back to the pool only
+    after a whole answer."""
+    key, target = _key_and_target(url)
+    try:
+        conn, response = pool.send("GET", key, target, [("Accept-Encoding", "identity"), *extra])
+    except httpx.TransportError as exc:
+        raise Transient(f"{type(exc).__name__}: {exc}") from exc
+    result: T | None = None
+    body = b""
+    try:
+        if response.status in ok:
+            result = consume(response)
+        else:
+            body = response.read()
+    except (http.client.HTTPException, OSError) as exc:  # the network: the cache's writes raise their own errors
+        conn.close()
+        raise Transient(f"{type(exc).__name__}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    pool.release(key, conn, response)
+    return response, result, body
+
+
+def _refusal(response: http.client.HTTPResponse, body: bytes, url: str, file_id: str | None) -> Exception:
+    """A status that is not the file: :class:`Transient` when it may pass, else its error."""
+    if is_retryable_status(response.status):
+        return _transient_status(response.status, response.getheaders(), body)
+    return status_error(response.status, body, url=url, file_id=file_id)
+
+
 def _stream_get(
     url: str,
     out: Any,
@@ -402,35 +422,21 @@ def _stream_get(
     """One GET of ``url`` through ``pool`` (with ``extra`` headers), its body streamed into ``out``
     when the status is in ``ok`` (after ``check``); returns (bytes written, status). Raises
     :func:`status_error`'s errors, or :class:`Transient` (see :func:`retrying`)."""
-    key, target = _key_and_target(url)
-    try:
-        conn, response = pool.send("GET", key, target, [("Accept-Encoding", "identity"), *extra])
-    except httpx.TransportError as exc:
-        raise Transient(f"{type(exc).__name__}: {exc}") from exc
-    body: bytes | None = None
-    written = 0
-    try:
-        if response.status not in ok:
-            body = response.read()
-        else:
-            if check is not None:
-                check(response)
-            while chunk := response.read(CHUNK):
-                out.write(chunk)
-                written += len(chunk)
-            if response.length:  # the peer closed before the length it announced
-                raise http.client.IncompleteRead(b"", response.length)
-    except (http.client.HTTPException, OSError) as exc:  # the network: the cache's writes raise their own errors
-        conn.close()
-        raise Transient(f"{type(exc).__name__}: {exc}") from exc
-    except BaseException:
-        conn.close()
-        raise
-    pool.release(key, conn, response)
-    if body is not None:
-        if is_retryable_status(response.status):
-            raise _transient_status(response.status, response.getheaders(), body)
-        raise status_error(response.status, body, url=url, file_id=file_id)
+
+    def stream(response: http.client.HTTPResponse) -> int:
+        if check is not None:
+            check(response)
+        written = 0
+        while chunk := response.read(CHUNK):
+            out.write(chunk)
+            written += len(chunk)
+        if response.length:  # the peer closed before the length it announced
+            raise http.client.IncompleteRead(b"", response.length)
+        return written
+
+    response, written, body = _exchange(url, pool, extra, ok, stream)
+    if written is None:
+        raise _refusal(response, body, url, file_id)
     return written, response.status
 
 
