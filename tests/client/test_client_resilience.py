@@ -327,12 +327,13 @@ def _closed_port() -> int:
 @pytest.mark.parametrize(
     ("endpoint", "reason"),
     [
-        (f"http://127.0.0.1:{_closed_port()}/delta-sharing", "the connection was refused"),
+        ("http://127.0.0.1:{closed}/delta-sharing", "the connection was refused"),
         ("http://nonexistent.invalid/delta-sharing", "the host name does not resolve"),
     ],
     ids=["closed port", "unresolvable host"],
 )
 def test_a_wrong_endpoint_fails_the_first_request_at_once(tmp_path, endpoint, reason, caplog):
+    endpoint = endpoint.format(closed=_closed_port())  # chosen now: a port picked at collection may be taken since
     path = write_profile(tmp_path / "p.share", endpoint)
     started = time.monotonic()
     with caplog.at_level("INFO", logger="deltaport.client"), pytest.raises(ConnectionFailed) as err:
