@@ -58,6 +58,16 @@ BYTES_PER_ROW = 14.75  # measured for this schema with snappy (random doubles do
 CATEGORIES = np.array([f"category_{i:03d}" for i in range(100)])
 
 
+def base_columns(rng: np.random.Generator, first: int, rows: int) -> dict[str, pa.Array]:
+    """``id`` (sorted from ``first``), ``value``, ``qty`` and ``category``: the columns every table shares."""
+    return {
+        "id": pa.array(np.arange(first, first + rows, dtype=np.int64)),
+        "value": pa.array(rng.random(rows) * 1000),
+        "qty": pa.array(rng.integers(0, 1000, rows, dtype=np.int32)),
+        "category": pa.array(CATEGORIES[rng.integers(0, len(CATEGORIES), rows)]),
+    }
+
+
 def build_table(path: Path, size_mb: int, files: int) -> dict:
     marker = path / "_bench.json"
     wanted = {"size_mb": size_mb, "files": files, "version": 3}
@@ -74,15 +84,9 @@ def build_table(path: Path, size_mb: int, files: int) -> dict:
     t0 = time.perf_counter()
     for i in range(files):
         first = i * rows_per_file
-        values = rng.random(rows_per_file) * 1000
-        table = pa.table(
-            {
-                "id": pa.array(np.arange(first, first + rows_per_file, dtype=np.int64)),
-                "value": pa.array(values),
-                "qty": pa.array(rng.integers(0, 1000, rows_per_file, dtype=np.int32)),
-                "category": pa.array(CATEGORIES[rng.integers(0, len(CATEGORIES), rows_per_file)]),
-            }
-        )
+        columns = base_columns(rng, first, rows_per_file)
+        values = columns["value"].to_numpy()
+        table = pa.table(columns)
         name = f"part-{i:05d}-{uuid.uuid4()}.c000.snappy.parquet"
         group = max(1, rows_per_file // GROUPS_PER_FILE)
         pq.write_table(table, path / name, compression="snappy", row_group_size=group)
@@ -226,13 +230,11 @@ def build_partitioned_table(path: Path, size_mb: int, files: int) -> dict:
     for i in range(files):
         region = REGIONS[i % len(REGIONS)]
         first = i * rows_per_file
-        values = rng.random(rows_per_file) * 1000
+        columns = base_columns(rng, first, rows_per_file)
+        values = columns["value"].to_numpy()
         table = pa.table(
             {
-                "id": pa.array(np.arange(first, first + rows_per_file, dtype=np.int64)),
-                "value": pa.array(values),
-                "qty": pa.array(rng.integers(0, 1000, rows_per_file, dtype=np.int32)),
-                "category": pa.array(CATEGORIES[rng.integers(0, len(CATEGORIES), rows_per_file)]),
+                **columns,
                 "day": pa.array(rng.integers(19000, 19365, rows_per_file, dtype=np.int32)).cast(pa.date32()),
                 "note": pa.array(CATEGORIES[rng.integers(0, 10, rows_per_file)]),
             }
