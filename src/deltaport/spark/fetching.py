@@ -54,7 +54,15 @@ from deltaport.spark.partial import stage_needed
 from deltaport.spark.remote import Refresh, renewer_for
 from deltaport.spark.staging import CacheArea, StagingError, open_area
 
-__all__ = ["StageReport", "StageTask", "ship_package", "stage_files", "stage_on_executors", "workers_elsewhere"]
+__all__ = [
+    "StageReport",
+    "StageTask",
+    "on_a_cluster",
+    "ship_package",
+    "stage_files",
+    "stage_on_executors",
+    "workers_elsewhere",
+]
 
 DEFAULT_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
 
@@ -302,13 +310,16 @@ _shipped: weakref.WeakSet = weakref.WeakSet()
 _shipping = threading.Lock()
 
 
+def on_a_cluster(spark: Any) -> bool:
+    """Whether a cluster runs the session (a master that is not ``local``). Asked from the
+    session's configuration, not its JVM, so that classic and Connect sessions answer alike."""
+    return not str(spark.conf.get("spark.master", "local")).startswith("local")
+
+
 def workers_elsewhere(spark: Any) -> bool:
     """Whether the session's Python workers may run another environment than this process: a
-    Spark Connect session, or a cluster (a master that is not ``local``). Asked from the
-    session's configuration, which classic and Connect sessions answer alike."""
-    if is_connect(spark):
-        return True
-    return not str(spark.conf.get("spark.master", "local")).startswith("local")
+    Spark Connect session, or a cluster."""
+    return is_connect(spark) or on_a_cluster(spark)
 
 
 def ship_package(spark: Any) -> None:

@@ -38,7 +38,7 @@ from deltaport.client.spark_session import active_session, is_connect
 from deltaport.errors import DeltaportError, UnsupportedOperation
 from deltaport.spark.chunks import Need
 from deltaport.spark.directory import access_mode, stage_by_directory
-from deltaport.spark.fetching import StageReport, StageTask, stage_files, stage_on_executors
+from deltaport.spark.fetching import StageReport, StageTask, on_a_cluster, stage_files, stage_on_executors
 from deltaport.spark.options import READ_TABLE, ReadOptions, StagingOptions
 from deltaport.spark.partial import covered, footer_relpath, part_relpath
 from deltaport.spark.projection import checked_columns, need_of
@@ -167,7 +167,7 @@ def _fetch_mode(spark: Any, staging: StagingOptions, area: CacheArea) -> str:
     """``driver`` or ``spark``. Asked from the session's configuration, not its JVM, so that it
     answers alike on classic and Spark Connect sessions; through Connect the cluster fetches
     unless ``stagingFetch=driver`` says the client may (its staging location is the cluster's)."""
-    cluster = not str(spark.conf.get("spark.master", "local")).startswith("local")
+    cluster = on_a_cluster(spark)
     if staging.fetch != "auto":
         mode = staging.fetch
     else:
