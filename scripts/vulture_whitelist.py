@@ -98,3 +98,5 @@ share_fields  # a conformance check, registered by decorator (src/deltaport/conf
 credentials_outside  # a conformance check, registered by decorator (src/deltaport/conformance/directory_checks.py)
 credentials_url_only  # a conformance check, registered by decorator (src/deltaport/conformance/directory_checks.py)
 renewals  # a counter of credential renewals kept for callers to inspect (src/deltaport/client/directory.py)
+_.seekable  # io.RawIOBase protocol, called by pyarrow (src/deltaport/storage/ranged.py)
+_.tell  # io.RawIOBase protocol, called by pyarrow (src/deltaport/storage/ranged.py)

@@ -25,6 +25,7 @@ from deltaport.delta.commit_json import empty_file_table, parse_actions
 from deltaport.delta.log_path import SIDECAR_DIR, LogFile, LogFileKind
 from deltaport.errors import CorruptLog, DeltaportError, ObjectNotFound
 from deltaport.storage.base import ObjectStore
+from deltaport.storage.ranged import open_parquet
 
 _SMALL_COLUMNS = ("protocol", "metaData", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
 
@@ -161,13 +162,19 @@ def _partition_columns(pv_map: pa.MapArray | None, pv_columns: list[str], n: int
     return [pc.map_lookup(pv_map, pa.scalar(c, pa.string()), "first").cast(pa.string()) for c in pv_columns]
 
 
-def _read_parquet(store: ObjectStore, path: str, choose: Callable[[list[str]], list[str]]) -> pa.Table:
-    """The columns ``choose`` picks from the parquet file's top-level columns.
+def _read_parquet(
+    store: ObjectStore, path: str, choose: Callable[[list[str]], list[str]], *, ranged: bool = False
+) -> pa.Table:
+    """The columns ``choose`` picks from the parquet file's top-level columns; from an object
+    store in one read, or by ``ranged`` reads of just those columns (for a few small columns).
 
     ``pq.read_table`` decodes row groups in parallel; ``ParquetFile.read`` on a many-row-group
     checkpoint took twice as long (0.8-1.1 s against 0.4 s for a million adds).
     """
     local = getattr(store, "local_path", None)
+    if ranged and local is None:
+        source = open_parquet(store, path)
+        return pq.read_table(source, columns=choose(pq.read_schema(source).names), use_threads=True)
     if local is not None:
         full = local(path)
         if not full.exists():
@@ -284,7 +291,9 @@ def checkpoint_metadata_only(store: ObjectStore, parts: list[LogFile], *, table:
             out.metadata = af.metadata or out.metadata
             continue
         try:
-            t = _read_parquet(store, part.path, lambda names: [c for c in ("protocol", "metaData") if c in names])
+            t = _read_parquet(
+                store, part.path, lambda names: [c for c in ("protocol", "metaData") if c in names], ranged=True
+            )
             names = t.column_names
         except DeltaportError:
             raise

@@ -97,6 +97,17 @@ def with_keys(t: pa.Table, root_uri: str = "") -> pa.Table:
     return t.append_column(KEY, key)
 
 
+def touched_keys(commits: Sequence[tuple[pa.Table, pa.Table]], root_uri: str = "") -> pa.Array:
+    """Every key the commits' (adds, removes) name: what supersedes an older file of that key."""
+    keys = [
+        with_keys(t.select(["path", "deletionVector"]), root_uri).column(KEY).combine_chunks()
+        for pair in commits
+        for t in pair
+        if t.num_rows
+    ]
+    return pc.unique(pa.concat_arrays(keys)) if keys else pa.array([], pa.string())
+
+
 def replay(base: pa.Table | None, commits: Sequence[tuple[pa.Table, pa.Table]], root_uri: str = "") -> pa.Table:
     """Live adds after applying ``commits`` (each (adds, removes), ascending) on ``base``.
 

@@ -188,17 +188,18 @@ def scan(
         keep &= np.asarray(prune_mask(predicate, cols), dtype=bool)
     indices = np.flatnonzero(keep).astype(np.int64)
     if limit is not None and len(indices):
-        indices = indices[: _files_for_limit(snapshot, indices, max(limit, 0))]
+        indices = up_to_limit(snapshot, indices, limit)[0]
     return ScanResult(snapshot, np_array(indices))
 
 
-def _files_for_limit(snapshot: Snapshot, indices: np.ndarray, limit: int) -> int:
-    """How many of ``indices`` (in order) are needed to reach ``limit`` rows."""
-    if limit == 0:
-        return 0
+def up_to_limit(snapshot: Snapshot, indices: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
+    """The first of ``indices`` (in order) needed to reach ``limit`` rows, and the rows they count
+    (files without stats count 0, so more files are kept, never fewer)."""
+    if limit <= 0:
+        return indices[:0], 0
     stats = parsed_stats(snapshot, {})
     if stats is None:
-        return len(indices)
+        return indices, 0
     records = np.asarray(stats.field("numRecords").fill_null(0), dtype=np.int64)[indices]
     dv = snapshot.live.column("deletionVector").combine_chunks()
     if dv.null_count < len(dv):
@@ -207,4 +208,5 @@ def _files_for_limit(snapshot: Snapshot, indices: np.ndarray, limit: int) -> int
     # the check happens before each file: stop at the first file where the running sum >= limit
     running = np.cumsum(records)
     reached = np.flatnonzero(running >= limit)
-    return int(reached[0]) + 1 if len(reached) else len(indices)
+    n = int(reached[0]) + 1 if len(reached) else len(indices)
+    return indices[:n], int(running[n - 1]) if n else 0

@@ -27,8 +27,9 @@ from deltaport.delta.commit_json import (
 from deltaport.delta.history import CommitHistory, to_epoch_ms
 from deltaport.delta.log_path import LogFile
 from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log, list_log_from_hint
-from deltaport.delta.replay import replay, with_keys
+from deltaport.delta.replay import replay, touched_keys, with_keys
 from deltaport.delta.snapshot import Snapshot
+from deltaport.delta.streamed import StreamedSnapshot, checkpoint_sources
 from deltaport.delta.table_changes import CommitCache, CommitChanges, TableChanges, default_commit_cache
 from deltaport.delta.table_config import TableConfig
 from deltaport.errors import (
@@ -253,11 +254,7 @@ class DeltaTable:
         if version is not None and timestamp is not None:
             raise ValueError("give a version or a timestamp, not both")
         with self._turn():
-            listing = self.refresh_listing(covering=0 if timestamp is not None else version)
-            if timestamp is not None:
-                version = self.history(listing).version_at_or_before(to_epoch_ms(timestamp))
-            if version is None:
-                version = listing.latest_commit if listing.latest_commit is not None else max(listing.checkpoints)
+            listing, version = self._version_of(version, timestamp)
             cached = self.cache.get(self.uri, version)
             if cached is not None:
                 return cached
@@ -274,6 +271,58 @@ class DeltaTable:
                 snap = self._load(listing, version)
             self.cache.put(snap)
             return snap
+
+    def _version_of(self, version: int | None, timestamp: str | int | None) -> tuple[LogListing, int]:
+        """The log listed far enough for the version asked for (by number, by ``timestamp``, else
+        the latest), and that version."""
+        listing = self.refresh_listing(covering=0 if timestamp is not None else version)
+        if timestamp is not None:
+            version = self.history(listing).version_at_or_before(to_epoch_ms(timestamp))
+        if version is None:
+            version = listing.latest_commit if listing.latest_commit is not None else max(listing.checkpoints)
+        return listing, version
+
+    def streamed(
+        self, version: int | None = None, *, timestamp: str | int | None = None, above: int, cached: bool = True
+    ) -> Snapshot | StreamedSnapshot:
+        """The table at the version :meth:`snapshot` would read: streamed (streamed.py) when its
+        checkpoint has at least ``above`` rows, unless that version is cached (and ``cached``
+        allows taking it), else the snapshot."""
+        if version is not None and timestamp is not None:
+            raise ValueError("give a version or a timestamp, not both")
+        with self._turn():
+            listing, version = self._version_of(version, timestamp)
+            if not cached or self.cache.get(self.uri, version) is None:
+                streamed = self._streamed(build_segment(listing, version, table=self.uri), above)
+                if streamed is not None:
+                    return streamed
+        return self.snapshot(version)
+
+    def _streamed(self, segment: LogSegment, above: int) -> StreamedSnapshot | None:
+        """``segment`` as a streamed snapshot, when its checkpoint is parquet files with at least
+        ``above`` rows and its footers read; else None (a whole snapshot, which also falls back
+        from a corrupt checkpoint)."""
+        parts = segment.checkpoint_parts
+        if not parts or any(p.fmt != "parquet" for p in parts):
+            return None
+        try:
+            sources, rows = checkpoint_sources(self.store, tuple(p.path for p in parts))
+        except CorruptLog:
+            return None
+        if rows < above:
+            return None
+        datas = {lf.version: self.read_commit(lf) for lf in segment.commits}
+        protocol, metadata = self._newest_protocol_metadata(segment, datas)
+        config = TableConfig.build(protocol, metadata, table=self.uri)
+        self._configs.put(segment.version, config)
+        pv = config.physical_partition_columns
+        commits = [parse_actions(datas[lf.version], pv, where=lf.path, table=self.uri) for lf in segment.commits]
+        pairs = [(a.adds, a.removes) for a in commits]
+        later = replay(empty_live(pv), pairs, self.uri)
+        version = segment.version
+        touched = touched_keys(pairs, self.uri)
+        timestamp = self._timestamp_of(version)
+        return StreamedSnapshot(self.uri, version, config, timestamp, self.store, sources, later, touched)
 
     def _apply_commits(self, base: Snapshot, commits: list[LogFile]) -> Snapshot | None:
         """``base`` brought forward by ``commits``; None when partitioning or the table's id changed

@@ -1,0 +1,162 @@
+"""A big table's live files, read a piece at a time: memory bounded by a piece, not by the table.
+
+A snapshot (snapshot.py) holds every live file of its version as one Arrow table: right for most
+tables, and what the snapshot cache keeps. A table of millions of files does not fit that way.
+:class:`StreamedSnapshot` keeps only what is small: the commits after the checkpoint, replayed
+alone (their surviving adds, and the keys they add or remove). The checkpoint's adds are read
+when :meth:`StreamedSnapshot.pieces` is iterated, ``PIECE_ROWS`` rows at a time, each piece without
+the files a later commit touched, then the later commits' surviving adds.
+
+That is replay.py's rule applied piece by piece, so the files come out exactly as a whole replay
+lists them (checkpoint order, then later adds in commit order). Each file has a :class:`Place`
+(a source and a row in it) that does not depend on what a query keeps, so a query can stop after
+any file and a later request resume right after it, reading only from there on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from deltaport.delta.arrow_util import np_bool_array, select_rows
+from deltaport.delta.checkpoint import adds_from_struct
+from deltaport.delta.log_path import SIDECAR_DIR
+from deltaport.delta.replay import KEY, with_keys
+from deltaport.delta.snapshot import Snapshot
+from deltaport.delta.table_config import TableConfig
+from deltaport.errors import CorruptLog, DeltaportError, ObjectNotFound
+from deltaport.storage.base import ObjectStore
+from deltaport.storage.ranged import open_parquet
+
+#: Checkpoint rows read at a time.
+PIECE_ROWS = 65_536
+
+
+@dataclass(frozen=True, order=True)
+class Place:
+    """Where a file is in a streamed snapshot: ``source`` indexes its checkpoint files, and
+    ``source == len(sources)`` names the later commits' adds; ``row`` is the row in that source."""
+
+    source: int
+    row: int
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Some live files, in order: ``snapshot`` holds them (its ``live`` is just these files), and
+    ``rows[i]`` is the row in source ``source`` of its i-th file."""
+
+    snapshot: Snapshot
+    source: int
+    rows: np.ndarray
+
+    def place(self, i: int) -> Place:
+        return Place(self.source, int(self.rows[i]))
+
+
+@dataclass(frozen=True)
+class StreamedSnapshot:
+    """A table at one version whose live files are read in pieces (see the module)."""
+
+    table_uri: str
+    version: int
+    config: TableConfig
+    timestamp: int | None
+    store: ObjectStore
+    sources: tuple[str, ...]  # the checkpoint's parquet files, in order
+    later: pa.Table  # the later commits' surviving adds, with ``_key``, in commit order
+    touched: pa.Array  # every key a later commit adds or removes
+
+    def pieces(self, start: Place = Place(0, 0)) -> Iterator[Piece]:
+        """The live files from ``start`` on, a piece at a time."""
+        for source in range(start.source, len(self.sources)):
+            first = start.row if source == start.source else 0
+            yield from self._checkpoint_pieces(source, first)
+        tail_from = start.row if start.source == len(self.sources) else 0
+        if start.source <= len(self.sources):
+            for first in range(tail_from, self.later.num_rows, PIECE_ROWS):
+                rows = np.arange(first, min(first + PIECE_ROWS, self.later.num_rows), dtype=np.int64)
+                yield self._piece(self.later.slice(first, len(rows)), len(self.sources), rows)
+
+    def _piece(self, live: pa.Table, source: int, rows: np.ndarray) -> Piece:
+        snap = Snapshot(self.table_uri, self.version, self.config, live, self.timestamp)
+        return Piece(snap, source, rows)
+
+    def _checkpoint_pieces(self, source: int, first: int) -> Iterator[Piece]:
+        path = self.sources[source]
+        try:
+            parquet = pq.ParquetFile(open_parquet(self.store, path))
+            meta = parquet.metadata
+            starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+            group = int(np.searchsorted(starts, first, side="right")) - 1
+            if group >= meta.num_row_groups or "add" not in parquet.schema_arrow.names:
+                return
+            row = int(starts[group])
+            groups = list(range(group, meta.num_row_groups))
+            for batch in parquet.iter_batches(batch_size=PIECE_ROWS, row_groups=groups, columns=["add"]):
+                skip = max(first - row, 0)
+                piece = self._live_rows(batch.column(0).slice(skip), source, row + skip, path)
+                row += batch.num_rows
+                if piece is not None:
+                    yield piece
+        except DeltaportError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            raise CorruptLog(f"checkpoint {path} cannot be read", table=self.table_uri, detail=str(exc)) from exc
+
+    def _live_rows(self, adds: pa.StructArray, source: int, first_row: int, path: str) -> Piece | None:
+        """The piece of checkpoint rows ``adds`` (the first at ``first_row``): its add actions
+        that no later commit touched."""
+        present = np.asarray(pc.is_valid(adds), dtype=bool)
+        rows = np.flatnonzero(present).astype(np.int64) + first_row
+        if not len(rows):
+            return None
+        adds = adds.filter(np_bool_array(present)) if not present.all() else adds
+        if adds.field("path").null_count:
+            raise CorruptLog(f"checkpoint {path} has add actions without a path", table=self.table_uri)
+        live = with_keys(adds_from_struct(adds, self.config.physical_partition_columns), self.table_uri)
+        if len(self.touched):
+            kept = ~np.asarray(pc.is_in(live.column(KEY), value_set=self.touched), dtype=bool)
+            if not kept.all():
+                live, rows = select_rows(live, kept), rows[kept]
+        return self._piece(live, source, rows) if len(rows) else None
+
+    @property
+    def end(self) -> Place:
+        """The place after the last file."""
+        return Place(len(self.sources), self.later.num_rows)
+
+
+def checkpoint_sources(store: ObjectStore, parts: tuple[str, ...]) -> tuple[tuple[str, ...], int]:
+    """The parquet files that hold a checkpoint's actions, in order (each part, then the sidecars
+    it names), and their rows, from their footers. CorruptLog when one cannot be read."""
+    sources: list[str] = []
+    rows = 0
+    for path in parts:
+        try:
+            parquet = pq.ParquetFile(open_parquet(store, path))
+            sidecars = _sidecars(parquet) if "sidecar" in parquet.schema_arrow.names else []
+            sources.append(path)
+            rows += parquet.metadata.num_rows
+            for sidecar in sidecars:
+                sources.append(sidecar)
+                rows += pq.ParquetFile(open_parquet(store, sidecar)).metadata.num_rows
+        except (OSError, pa.ArrowException, ObjectNotFound) as exc:
+            raise CorruptLog(f"checkpoint {path} or a sidecar it names cannot be read", detail=str(exc)) from exc
+    return tuple(sources), rows
+
+
+def _sidecars(parquet: pq.ParquetFile) -> list[str]:
+    column = parquet.read(columns=["sidecar"]).column(0)
+    paths = [row["path"] for row in column.filter(pc.is_valid(column)).to_pylist()]
+    if any("://" in p for p in paths):
+        raise CorruptLog("a checkpoint names a sidecar by an absolute URL, which is not supported")
+    return [p if "/" in p else f"{SIDECAR_DIR}/{p}" for p in paths]
+
+
+__all__ = ["PIECE_ROWS", "Piece", "Place", "StreamedSnapshot", "checkpoint_sources"]
