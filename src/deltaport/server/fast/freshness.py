@@ -12,7 +12,7 @@ thread hand-over for many requests instead of one per request, and no answer is 
 request.
 
 Fast form of: listing the log and replaying it in the framework's thread pool for every request
-(``DeltaTable.latest_version``, ``DeltaTable.snapshot``). Held equal by:
+(``DeltaTable.latest_version``, ``DeltaTable.streamed``). Held equal by:
 tests/server/fast/test_freshness.py.
 """
 
@@ -24,6 +24,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from deltaport.delta import DeltaTable, Snapshot
+from deltaport.delta.streamed import StreamedSnapshot
 
 #: Least seconds between the starts of two refreshes of one table's state (of one kind). Under load
 #: it sets how many requests share a refresh (a thread hand-over costs a busy server more than the
@@ -55,11 +56,12 @@ class LatestState:
         """The table's latest version (a listing of its log)."""
         return await self._fresh(table, "version", table.latest_version)
 
-    async def snapshot(self, table: DeltaTable) -> Snapshot:
-        """The table's latest snapshot (a listing, and a replay of what changed)."""
+    async def snapshot(self, table: DeltaTable, stream_above: int) -> Snapshot | StreamedSnapshot:
+        """The table's latest snapshot (a listing, and a replay of what changed); streamed when
+        its checkpoint holds ``stream_above`` files or more (``DeltaTable.streamed``)."""
 
-        def load() -> Snapshot:
-            snap = table.snapshot()
+        def load() -> Snapshot | StreamedSnapshot:
+            snap = table.streamed(above=stream_above)
             snap.config.schema  # noqa: B018  # parsed here, not on the loop
             return snap
 

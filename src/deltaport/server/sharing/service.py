@@ -12,37 +12,30 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import pyarrow.compute as pc
-
 from deltaport.delta import DeltaTable, Snapshot, SnapshotCache
-from deltaport.delta.replay import ABSOLUTE_PATH
-from deltaport.delta.scan import scan
-from deltaport.errors import InvalidParameter, UnsupportedOperation
-from deltaport.expressions import And
+from deltaport.errors import InvalidParameter
 from deltaport.protocol import lines
 from deltaport.protocol.capabilities import HEADER, Capabilities
-from deltaport.protocol.hints import parse_json_predicate, parse_sql_predicates
 from deltaport.protocol.requests import QueryRequest, parse_max_results, parse_version_param
 from deltaport.server.fast.columnar_lines import ColumnarLines
 from deltaport.server.fast.file_keys import KeyingPool
 from deltaport.server.fast.freshness import LatestState
 from deltaport.server.ops.access import RecipientAllowLists
-from deltaport.server.ops.request_info import FilesServed, current_request
+from deltaport.server.ops.request_info import current_request
 from deltaport.server.s3face.credentials import FaceCredentials
 from deltaport.server.sharing.answers import (
     Answer,
     Reply,
     SignerFactory,
-    binding,
     parse_fileidhash,
-    stream_body,
     timestamp_ms,
 )
 from deltaport.server.sharing.async_queries import AsyncQueries
 from deltaport.server.sharing.change_feed import ChangeFeed
 from deltaport.server.sharing.directory import CloudVendors, DirectoryAccess, url_refusal
 from deltaport.server.sharing.registry import Principal, Registry, SharedTable, StoreOpener
-from deltaport.server.sharing.tokens import TokenBinding, TokenCodec, params_checksum
+from deltaport.server.sharing.snapshot_query import SnapshotQueries, Table, history_error
+from deltaport.server.sharing.tokens import TokenCodec
 from deltaport.server.sharing.translate import FileLineMaker, choose_format, header_lines
 from deltaport.server.sources.config import RecipientConfig, SchemaConfig, ServerConfig, ShareConfig, SharedTableConfig
 from deltaport.server.sources.reload_summary import describe_reload
@@ -50,13 +43,6 @@ from deltaport.signing.vending import cloud_vendor_for
 from deltaport.storage import store_for
 
 log = logging.getLogger("deltaport.server")
-
-
-def _history_error(shared: SharedTable) -> InvalidParameter:
-    return InvalidParameter(
-        "Reading table by version or timestamp is not supported because history sharing "
-        f"is not enabled on table: {shared.full_name}"
-    )
 
 
 def _share_item(share: ShareConfig) -> dict[str, Any]:
@@ -123,10 +109,11 @@ class SharingService:
             cloud_vendors=cloud_vendors,
             lifetime_seconds=config.temporary_credential_validity_seconds,
         )
+        self.snapshots = SnapshotQueries(self)
         self.async_queries = AsyncQueries(
             codec,
-            plan=self.plan_snapshot_query,
-            serve=self._snapshot_query,
+            plan=self.snapshots.plan,
+            serve=self.snapshots.reply,
             threshold_ms=config.async_query_threshold_ms,
             ttl_seconds=config.async_query_ttl_seconds,
         )
@@ -227,7 +214,7 @@ class SharingService:
         if starting_timestamp is None:
             return _version_reply(delta_table.latest_version())
         if not shared.config.history_shared:
-            raise _history_error(shared)
+            raise history_error(shared)
         when = timestamp_ms(starting_timestamp, "startingTimestamp")
         version = delta_table.history().version_at_or_after(when)
         self.check_start_version(shared, version)
@@ -239,16 +226,6 @@ class SharingService:
         """``table_version`` without a timestamp, the table's state worked out by ``latest``."""
         shared = self.registry.table(who, share, schema, table)
         return _version_reply(await latest.version(self.delta(shared)))
-
-    def _snapshot(self, shared: SharedTable, version: int | None, timestamp: str | None) -> Snapshot:
-        if (version is not None or timestamp is not None) and not shared.config.history_shared:
-            raise _history_error(shared)
-        delta_table = self.delta(shared)
-        if timestamp is not None:
-            version = delta_table.history().version_at_or_before(timestamp_ms(timestamp, "timestamp"))
-        snap = delta_table.snapshot(version)
-        self.check_start_version(shared, snap.version)
-        return snap
 
     def metadata(
         self,
@@ -265,7 +242,7 @@ class SharingService:
         if asked_version is not None and timestamp is not None:
             raise InvalidParameter("Please only provide one of: version,timestamp")
         shared = self.registry.table(who, share, schema, table)
-        snap = self._snapshot(shared, asked_version, timestamp)
+        snap = self.snapshots.latest_or_asked(shared, asked_version, timestamp)
         time_travel = asked_version is not None or timestamp is not None
         return self._metadata_reply(shared, snap, caps, time_travel=time_travel, whole=shared.slice(who) is None)
 
@@ -275,22 +252,24 @@ class SharingService:
         """``metadata`` without a version or timestamp, the table's state worked out by ``latest``."""
         caps = Capabilities.parse(capabilities)
         shared = self.registry.table(who, share, schema, table)
-        snap = await latest.snapshot(self.delta(shared))
+        snap = await latest.snapshot(self.delta(shared), self.config.stream_above_files)
         self.check_start_version(shared, snap.version)
         return self._metadata_reply(shared, snap, caps, time_travel=False, whole=shared.slice(who) is None)
 
     def _metadata_reply(
-        self, shared: SharedTable, snap: Snapshot, caps: Capabilities, *, time_travel: bool, whole: bool
+        self, shared: SharedTable, snap: Table, caps: Capabilities, *, time_travel: bool, whole: bool
     ) -> Reply:
-        """The metadata; the table's size and file count only to a recipient who may read all of it."""
+        """The metadata; the table's size and file count only to a recipient who may read all of it,
+        and only when the table is read whole (a streamed table's are not counted for it)."""
         fmt = choose_format(caps, snap.config)
+        counted = snap if whole and isinstance(snap, Snapshot) else None
         body = header_lines(
             snap.config,
             fmt,
             history_shared=shared.config.history_shared,
             version=snap.version if time_travel else None,
-            size=snap.size_in_bytes if whole else None,
-            num_files=snap.num_files if whole else None,
+            size=counted.size_in_bytes if counted is not None else None,
+            num_files=counted.num_files if counted is not None else None,
             placement=self.directory.placement(shared),
         )
         return Reply(headers=self.table_headers(snap.version, caps, fmt, None), content=b"".join(body))
@@ -302,20 +281,6 @@ class SharingService:
         return headers
 
     # --- query --------------------------------------------------------------------------------
-
-    def _predicate(self, req: QueryRequest):
-        parts = []
-        if req.json_predicate_hints and self.config.evaluate_json_predicate_hints:
-            expr = parse_json_predicate(req.json_predicate_hints)
-            if expr is not None:
-                parts.append(expr)
-        if req.predicate_hints and self.config.evaluate_predicate_hints:
-            expr = parse_sql_predicates(list(req.predicate_hints))
-            if expr is not None:
-                parts.append(expr)
-        if not parts:
-            return None
-        return parts[0] if len(parts) == 1 else And(tuple(parts))
 
     def query(
         self,
@@ -336,12 +301,12 @@ class SharingService:
         if refusal is not None:
             raise refusal
         if req.specific_version and not shared.config.history_shared:
-            raise _history_error(shared)
+            raise history_error(shared)
         if req.starting_version is not None:
             return self.feed.streaming_query(who, shared, req, answer)
         if caps.async_query and not req.page_token:  # a later page is served at once (async_queries.py)
             return self.async_queries.submit(who, shared, req, answer)
-        return self._snapshot_query(who, shared, req, answer)
+        return self.snapshots.reply(who, shared, req, answer, None)
 
     def query_info(
         self,
@@ -359,89 +324,6 @@ class SharingService:
         answer = Answer(who, Capabilities.parse(capabilities), parse_fileidhash(fileidhash), base_url)
         shared = self.registry.table(who, share, schema, table)
         return self.async_queries.poll(who, shared, query_id, body, answer)
-
-    def plan_snapshot_query(self, who: Principal, shared: SharedTable, req: QueryRequest) -> int:
-        """The version a snapshot query reads, its snapshot loaded and checked as the query's would be."""
-        snap, _ = self._query_snapshot(shared, req, binding(who, shared), params_checksum(req.checksum_params()))
-        _check_paths_inside(snap)
-        return snap.version
-
-    def _snapshot_query(
-        self, who: Principal, shared: SharedTable, req: QueryRequest, answer: Answer, pinned: int | None = None
-    ) -> Reply:
-        """The snapshot query's reply; at version ``pinned`` (an asynchronous query's) when given."""
-        bound = binding(who, shared)
-        checksum = params_checksum(req.checksum_params())
-        snap, start = self._query_snapshot(shared, req, bound, checksum, pinned)
-        fmt = choose_format(answer.caps, snap.config)
-        _check_paths_inside(snap)
-        part = shared.slice(who)
-        within = part.mask_of_struct(snap.config, snap.live.column("partitionValues")) if part is not None else None
-        indices = scan(snap, self._predicate(req), req.limit_hint, within=within).indices
-        page_size = self.page_size(req.max_files, paged=bool(req.max_files or req.page_token))
-        next_token = None
-        if page_size is not None:
-            indices, next_token = self._snapshot_page(indices, start, page_size, snap.version, bound, checksum)
-        refresh = None
-        if req.include_refresh_token:
-            ttl_ms = self.config.refresh_token_ttl_ms
-            refresh = self.codec.encode("refresh", bound, {"v": snap.version}, ttl_ms=ttl_ms, params=checksum)
-        end_stream = answer.caps.include_end_stream_action or req.include_refresh_token or page_size is not None
-        version = snap.version if (req.version is not None or req.timestamp is not None) else None
-        head = header_lines(
-            snap.config,
-            fmt,
-            history_shared=shared.config.history_shared,
-            version=version,
-            size=snap.size_in_bytes if part is None else None,  # a slice's recipient learns nothing of the rest
-            num_files=snap.num_files if part is None else None,
-            placement=self.directory.placement(shared),
-        )
-        maker = self.line_maker(shared, answer, fmt, snap.table_uri)
-        files = maker.snapshot_lines(snap, indices, version=version)
-        tail = None
-        if end_stream:
-            tail = lambda: lines.end_stream(  # noqa: E731
-                refresh_token=refresh, next_page_token=next_token, min_url_expiration_timestamp=maker.expiry.min_ms
-            )
-        headers = self.table_headers(snap.version, answer.caps, fmt, answer.id_hash)
-        served = FilesServed(shared.share.name, len(indices), _declared_size(snap, indices))
-        return Reply(headers=headers, stream=stream_body(head, files, tail, end_stream), served=served)
-
-    def _query_snapshot(
-        self, shared: SharedTable, req: QueryRequest, binding: TokenBinding, checksum: str, pinned: int | None = None
-    ) -> tuple[Snapshot, int]:
-        """The snapshot a query reads and the index of its first file: the version a page or
-        refresh token pins (the one the query already read: not time travel, so it needs no history
-        sharing), else ``pinned``, else the version or timestamp asked for, else the latest."""
-        start = 0
-        if req.page_token:
-            data = self.codec.decode("page", req.page_token, binding, params=checksum)
-            pinned, start = int(data["v"]), int(data["i"])
-        elif req.refresh_token:
-            pinned = int(self.codec.decode("refresh", req.refresh_token, binding, params=checksum)["v"])
-        if pinned is None:
-            return self._snapshot(shared, req.version, req.timestamp), start
-        snap = self.delta(shared).snapshot(pinned)
-        self.check_start_version(shared, snap.version)
-        return snap, start
-
-    def _snapshot_page(
-        self, indices: Any, start: int, page_size: int, version: int, binding: TokenBinding, checksum: str
-    ) -> tuple[Any, str | None]:
-        """One page of a snapshot's files and the token of the next page (None on the last)."""
-        if start > len(indices):
-            raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
-        next_token = None
-        if start + page_size < len(indices):
-            next_token = self.codec.encode(
-                "page",
-                binding,
-                {"v": version, "i": start + page_size},
-                ttl_ms=self.config.query_table_page_token_ttl_ms,
-                params=checksum,
-            )
-        return indices.slice(start, page_size), next_token
 
     def line_maker(self, shared: SharedTable, answer: Answer, fmt: str, table_uri: str) -> FileLineMaker:
         return FileLineMaker(
@@ -487,25 +369,3 @@ class SharingService:
         """POST …/temporary-table-credentials (directory.py)."""
         shared = self.registry.table(who, share, schema, table)
         return self.directory.credentials(who, shared, body, endpoint, self.clock())
-
-
-def _declared_size(snap: Snapshot, indices: Any) -> int:
-    """The sum of the sizes the snapshot's files at ``indices`` declare."""
-    if not len(indices):
-        return 0
-    return int(pc.sum(pc.take(snap.live.column("size"), indices)).as_py() or 0)
-
-
-def _check_paths_inside(snap: Snapshot) -> None:
-    """Refuse, before any byte is sent, a snapshot naming data or deletion-vector files outside its
-    table's root."""
-    if snap.has_absolute_paths:
-        paths = snap.live.column("path")
-        root = snap.table_uri.rstrip("/") + "/"
-        outside = pc.and_(pc.match_substring_regex(paths, ABSOLUTE_PATH), pc.invert(pc.starts_with(paths, root)))
-        if pc.any(outside).as_py():
-            raise UnsupportedOperation("Table contains absolute paths outside its root and cannot be shared")
-    if snap.has_deletion_vectors:
-        storage = pc.struct_field(snap.live.column("deletionVector"), "storageType")
-        if pc.any(pc.equal(storage, "p")).as_py():
-            raise UnsupportedOperation("Table contains absolute deletion vector paths and cannot be shared")

@@ -121,8 +121,9 @@ def describe_delta_table(
     """The schema and partition columns of the Delta table at ``location``, or a 400 saying why
     it cannot be read (a 503 when its storage may come back)."""
     try:
-        snapshot = DeltaTable(location, store=open_store(location, storage_options), cache=cache).snapshot()
-        return snapshot.schema, list(snapshot.partition_columns)
+        table = DeltaTable(location, store=open_store(location, storage_options), cache=cache)
+        config = table.config_at(table.latest_version())  # not its files: a table may have millions
+        return config.schema, list(config.partition_columns)
     except StorageUnavailable:
         raise
     except DeltaportError as exc:

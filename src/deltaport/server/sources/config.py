@@ -136,6 +136,13 @@ class ServerConfig:
     query_table_page_size_limit: int = setting(
         "queryTablePageSizeLimit", 10000, Whole(1), "the most files one page of a query returns"
     )
+    stream_above_files: int = setting(
+        "streamAboveFiles",
+        500_000,
+        Whole(0),
+        "a table whose checkpoint holds at least this many files is queried a piece at a time, in bounded "
+        "memory, rather than replayed whole and cached (0: every table with a checkpoint)",
+    )
     query_table_page_token_ttl_ms: int = setting(
         "queryTablePageTokenTtlMs", 259_200_000, Whole(0), "how long a query's page token works"
     )
