@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -50,7 +50,7 @@ def _get(q: queue.Queue, stop: threading.Event):
     return _DONE
 
 
-def pipelined(source: Iterator[T], stage: Callable[[T], U], depth: int = 2) -> Iterator[U]:
+def pipelined(source: Iterator[T], stage: Callable[[T], U], depth: int = 2) -> Generator[U, None, None]:
     """``map(stage, source)``, with ``source`` and ``stage`` each in its own thread."""
     stop = threading.Event()
     items: queue.Queue = queue.Queue(depth)
@@ -84,7 +84,7 @@ def pipelined(source: Iterator[T], stage: Callable[[T], U], depth: int = 2) -> I
         threading.Thread(target=transform, name="deltaport-pipeline-stage", daemon=True),
     ]
 
-    def consume() -> Iterator[U]:
+    def consume() -> Generator[U, None, None]:
         for t in threads:
             t.start()
         try:

@@ -25,6 +25,7 @@ from deltaport.delta.scan import scan, up_to_limit
 from deltaport.delta.snapshot import Snapshot
 from deltaport.delta.streamed import Piece, Place, StreamedSnapshot
 from deltaport.errors import InvalidParameter
+from deltaport.server.fast.pipeline import pipelined
 from deltaport.server.ops.request_info import FilesServed, current_request
 
 #: Paths of a piece's files outside the table's root, or deletion vectors by absolute path: refused.
@@ -59,6 +60,7 @@ class StreamedFiles:
     def __init__(self, stream: StreamedSnapshot, plan: StreamedPlan, check_paths: CheckPaths) -> None:
         self.stream, self.plan, self.check_paths = stream, plan, check_paths
         self._stop = _Stop()
+        self._checked: Snapshot | None = None
         self._first = self._primed()
 
     def _primed(self) -> Iterator[Piece]:
@@ -69,15 +71,26 @@ class StreamedFiles:
         if first is None:
             return iter(())
         self.check_paths(first.snapshot)
+        self._checked = first.snapshot
         return _chain(first, pieces)
 
+    def _kept(self, piece: Piece) -> tuple[Piece, np.ndarray]:
+        if piece.snapshot is not self._checked:
+            self.check_paths(piece.snapshot)
+        return piece, np.asarray(self.plan.keep(piece.snapshot), dtype=np.int64)
+
     def pieces(self) -> Iterator[tuple[Snapshot, Any]]:
-        """(piece snapshot, indices of its files to list), in order, up to the page's end."""
+        """(piece snapshot, indices of its files to list), in order, up to the page's end. The next
+        pieces are read and scanned in two threads while this one's lines are made and sent."""
+        kept = pipelined(self._first, self._kept, depth=1)
+        try:
+            yield from self._paged(kept)
+        finally:
+            kept.close()
+
+    def _paged(self, kept: Iterator[tuple[Piece, np.ndarray]]) -> Iterator[tuple[Snapshot, Any]]:
         owed, room = self.plan.limit, self.plan.page_size
-        for index, piece in enumerate(self._first):
-            if index:
-                self.check_paths(piece.snapshot)
-            indices = np.asarray(self.plan.keep(piece.snapshot), dtype=np.int64)
+        for piece, indices in kept:
             if owed is not None:
                 if owed <= 0:
                     return
