@@ -169,6 +169,9 @@ def test_the_fast_path_answers_file_urls_and_notes_the_download(apps, caplog):
     assert app.files.take({**scope, "root_path": "/x"}) is None
     with caplog.at_level(logging.INFO, logger="deltaport.access"):
         answer = hot.get(url, headers={"Range": "bytes=0-9"})
+        deadline = time.monotonic() + 5  # the line is written once the answer is sent: maybe after it arrived
+        while not any(r.name == "deltaport.access" for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert answer.status_code == 206
     logged = [r.getMessage() for r in caplog.records if r.name == "deltaport.access"]
     assert any(m.startswith(f"GET /{path} 206 ") for m in logged), logged

@@ -2,12 +2,15 @@
 
 Recipients fetch data files in many requests (whole files, and column chunks as ``Range`` reads of
 0.5–2 MiB): through the framework's routing, the sync route's thread hop and the file response's
-per-chunk thread hops, each costs the server ~1.3 ms of CPU beyond its bytes. This middleware
-takes the requests it reads exactly as the route would, has :class:`~deltaport.server.sharing.
-files.FileAccess` decide the file (every check of the route: signature, expiry, recipient, slice,
-IP access list, the table's root; the download noted for the metrics and audit log), all in one
-hop to a worker thread that also opens the file and reads the first piece, then sends the file in
-pieces of up to :data:`PIECE` bytes, each read while the one before it is sent.
+per-chunk thread hops, each cost the server ~1.3 ms of CPU beyond its bytes, most of it in the
+handing over between threads. This middleware takes the requests it reads exactly as the route
+would and answers them on the event loop: :class:`~deltaport.server.sharing.files.FileAccess`
+decides the file (every check of the route: signature, expiry, recipient, slice, IP access list,
+the table's root; the download noted for the metrics and audit log), then the file goes out in
+pieces of up to :data:`PIECE` bytes, each read on the loop when the page cache holds it
+(``RWF_NOWAIT``: a read that would wait for the disk fails at once) and in a worker thread when
+not. The checks' few ``stat`` calls of the table's directory run on the loop too: cheap once the
+table's directory entries are cached, as they are for a table being read.
 
 It takes: GET or HEAD, no root path, no ``If-Range``, and no ``Range`` header or a single one of
 the form ``bytes=START-END``, ``bytes=START-`` or ``bytes=-SUFFIX``; the route answers anything
