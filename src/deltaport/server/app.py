@@ -21,7 +21,9 @@ from deltaport.catalog.store import CatalogDB
 from deltaport.delta import SnapshotCache
 from deltaport.errors import DeltaportError
 from deltaport.server import errors
+from deltaport.server.fast import file_reads
 from deltaport.server.fast.file_keys import KeyingPool
+from deltaport.server.fast.file_reads import FileReads
 from deltaport.server.fast.hot_paths import TAKEN, HotTableCalls
 from deltaport.server.ops import api_doc, health
 from deltaport.server.ops.access_log import AccessLog
@@ -69,7 +71,8 @@ def create_app(
     the time in seconds. ``keying_processes`` worker processes hash file ids and sign URLs for
     large responses beside the server process (started with the app, stopped with it); 0 keeps
     that work in-process. ``hot_paths`` answers GET /version and /metadata without the
-    framework's machinery (see hot_paths.py); off, the routes answer them, with the same bytes.
+    framework's machinery (see hot_paths.py), and GET and HEAD of the server's own file URLs too
+    (file_reads.py); off, the routes answer them, with the same bytes.
     ``catalog`` is the catalog database to serve (the caller closes it; by default the config's
     ``catalog``, if any, which the app closes at its shutdown); with one, the admin API is served
     too — beside the protocol, or as ``app.state.admin_app`` for a listener of its own when the
@@ -101,6 +104,7 @@ def create_app(
         _add_hot_paths(
             app, prefix, {"version": app.state.table_calls.version, "metadata": app.state.table_calls.metadata}
         )
+        _add_file_reads(app, prefix)
     opened = None  # a catalog database this app opens is closed at its shutdown, after the audit log
     if catalog is None and config.catalog_url is not None:
         catalog = opened = CatalogDB(config.catalog_url, activation_ttl_s=config.activation_link_ttl_seconds)
@@ -188,7 +192,7 @@ def _observe(
 class _App(FastAPI):
     """The app, its API document described by api_doc (inputs as the server reads them).
 
-    A request the hot paths answer (``hot``: hot_paths.py) skips the framework's own layers
+    A request the hot paths answer (``hot``: hot_paths.py; ``files``: file_reads.py) skips the framework's own layers
     around the app's middleware (its telemetry check, error and body-limit middleware): it goes
     through the app's middleware (access log, observer, hot paths) under the same
     ServerErrorMiddleware and 500 handler. With OpenTelemetry configured, every request takes
@@ -197,6 +201,7 @@ class _App(FastAPI):
     the server runs is seen within a second)."""
 
     hot: HotTableCalls | None = None
+    files: FileReads | None = None
     _hot_stack: Any = None
     _untraced_until = 0.0  # monotonic time until which OpenTelemetry is known to be unconfigured
 
@@ -210,16 +215,27 @@ class _App(FastAPI):
         return True
 
     async def __call__(self, scope, receive, send) -> None:
-        hot = self.hot
-        if hot is not None and scope["type"] == "http" and "fastapi.telemetry" not in scope:
-            taken = hot.take(scope)
+        if scope["type"] == "http" and "fastapi.telemetry" not in scope:
+            taken = self._take(scope)
             if taken is not None and self._untraced():
-                scope[TAKEN] = taken
+                scope[taken[0]] = taken[1]
                 scope["app"] = self
                 if self._hot_stack is None:
                     self._hot_stack = self._build_hot_stack()
                 return await self._hot_stack(scope, receive, send)
         await super().__call__(scope, receive, send)
+
+    def _take(self, scope) -> tuple[str, Any] | None:
+        """The scope key and what the hot paths read of ``scope`` when one of them answers it."""
+        if self.files is not None:
+            taken = self.files.take(scope)
+            if taken is not None:
+                return file_reads.TAKEN, taken
+        if self.hot is not None:
+            hot = self.hot.take(scope)
+            if hot is not None:
+                return TAKEN, hot
+        return None
 
     def _build_hot_stack(self) -> Any:
         """The app's middleware, innermost the hot paths (which answer what they took), under the
@@ -315,3 +331,20 @@ def _add_hot_paths(app: FastAPI, prefix: str, hot: dict[str, Any]) -> None:
     app.add_middleware(HotTableCalls, **hot_paths)
     if isinstance(app, _App):
         app.hot = HotTableCalls(None, **hot_paths)
+
+
+def _add_file_reads(app: FastAPI, prefix: str) -> None:
+    """Answer GET and HEAD of the server's own file URLs before the framework's routing, standing
+    in for the file routes (files.py), whose file access decides."""
+    path = prefix + files.FILE_ROUTE
+    found = {
+        method: r
+        for r in app.routes
+        if isinstance(r, APIRoute) and r.path == path
+        for method in (r.methods or ())
+        if method in ("GET", "HEAD")
+    }
+    options: dict[str, Any] = {"prefix": prefix, "decide": app.state.file_access.file_for, "routes": found}
+    app.add_middleware(FileReads, **options)
+    if isinstance(app, _App):
+        app.files = FileReads(None, **options)

@@ -15,7 +15,9 @@ import hmac
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from fastapi import Request
 from starlette.datastructures import Headers
@@ -32,6 +34,8 @@ from deltaport.server.sharing.service import SharingService
 from deltaport.signing import LocalFileSigner
 
 router = RouteTable()
+#: The path of the file routes under the sharing prefix.
+FILE_ROUTE = "/files/{key}/{path:path}"
 
 
 def url_key(shared: SharedTable, who: Principal) -> str:
@@ -59,12 +63,13 @@ class FileAccess:
     def __init__(self, service: SharingService, verifier: LocalFileSigner, cache: SnapshotCache) -> None:
         self.service, self.verifier, self.cache = service, verifier, cache
 
-    def file_for(self, request: Request) -> tuple[Path, os.stat_result]:
+    def file_for(self, scope: Mapping[str, Any]) -> tuple[Path, os.stat_result]:
+        """The file the request of ASGI ``scope`` reads, once every check of the module passed."""
         service = self.service
-        raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
-        key, rel = self.verifier.verify(
-            request.method, request.headers.get("host", ""), raw_path, request.url.query, now=service.clock()
-        )
+        raw_path = scope.get("raw_path", b"").decode("latin-1") or scope.get("root_path", "") + scope["path"]
+        query = scope.get("query_string", b"").decode("latin-1")
+        host = next((value.decode("latin-1") for name, value in scope["headers"] if name == b"host"), "")
+        key, rel = self.verifier.verify(scope["method"], host, raw_path, query, now=service.clock())
         table_key, _, recipient = key.partition("~")
         shared = service.registry.by_key(table_key)
         who = service.registry.principal_for_key(recipient.partition("~")[0])
@@ -114,12 +119,12 @@ def note_download(shared: SharedTable) -> None:
 
 
 def _serve(request: Request) -> Response:
-    full, info = request.app.state.file_access.file_for(request)
+    full, info = request.app.state.file_access.file_for(request.scope)
     return LargeChunkFileResponse(os.fspath(full), media_type="application/octet-stream", stat_result=info)
 
 
 @router.get(
-    "/files/{key}/{path:path}",
+    FILE_ROUTE,
     tags=["files"],
     summary="Read a data or deletion-vector file through a presigned URL this server issued",
     openapi_extra={"parameters": api_doc.file_url_parameters()},
@@ -129,7 +134,7 @@ def read_file(key: str, path: str, request: Request) -> Response:
 
 
 @router.head(
-    "/files/{key}/{path:path}",
+    FILE_ROUTE,
     tags=["files"],
     summary="Size of a data or deletion-vector file, through a presigned URL this server issued",
     openapi_extra={"parameters": api_doc.file_url_parameters()},
@@ -167,23 +172,28 @@ class LargeChunkFileResponse(FileResponse):
         return await super().__call__(scope, receive, refusal_as_json)
 
     def _range_error(self, scope, status: int) -> Response:
-        http_range = Headers(scope=scope)["range"]
-        head = scope["method"].upper() == "HEAD"
         size = self.stat_result.st_size if self.stat_result is not None else 0
-        if status == 416:
-            last = f"; ask for bytes 0 to {size - 1}" if size else ""
-            response = errors.json_error(
-                416,
-                "INVALID_PARAMETER_VALUE",
-                f"Range {http_range!r} is not satisfiable: the file is {size} bytes{last}",
-                head=head,
-            )
-            response.headers["Content-Range"] = f"bytes */{size}"
-            return response
-        return errors.json_error(
-            400,
+        return range_error(scope, status, size)
+
+
+def range_error(scope, status: int, size: int) -> Response:
+    """The protocol's JSON error for the ``Range`` header of ``scope`` on a file of ``size`` bytes:
+    416 (no byte of the file asked for) or 400 (not a byte range)."""
+    http_range = Headers(scope=scope)["range"]
+    head = scope["method"].upper() == "HEAD"
+    if status == 416:
+        last = f"; ask for bytes 0 to {size - 1}" if size else ""
+        response = errors.json_error(
+            416,
             "INVALID_PARAMETER_VALUE",
-            f"invalid Range header {http_range!r}: use bytes=START-END, bytes=START- or bytes=-SUFFIX, "
-            "with START <= END",
+            f"Range {http_range!r} is not satisfiable: the file is {size} bytes{last}",
             head=head,
         )
+        response.headers["Content-Range"] = f"bytes */{size}"
+        return response
+    return errors.json_error(
+        400,
+        "INVALID_PARAMETER_VALUE",
+        f"invalid Range header {http_range!r}: use bytes=START-END, bytes=START- or bytes=-SUFFIX, with START <= END",
+        head=head,
+    )
