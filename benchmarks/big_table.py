@@ -147,7 +147,7 @@ class Read:
     first_file: float | None = None
     seconds: float = 0.0
     client_cpu: float = 0.0  # CPU seconds the reading thread used: near ``seconds``, the client is the limit
-    bytes: int = 0
+    nbytes: int = 0
     lines: int = 0
     tail: bytes = b""
     error: str | None = None
@@ -171,7 +171,7 @@ def query(url: str, body: dict, headers: dict[str, str], timeout: float) -> Read
                     out.first_byte = time.perf_counter() - t0
                 if out.first_file is None and b'{"file":' in carry[-16:] + chunk:
                     out.first_file = time.perf_counter() - t0
-                out.bytes += len(chunk)
+                out.nbytes += len(chunk)
                 out.lines += chunk.count(b"\n")
                 carry = (carry + chunk)[-65536:]
     except httpx.HTTPError as e:
@@ -204,7 +204,7 @@ def run_server(table: Path, args: argparse.Namespace) -> dict:
         "first_file_s": read.first_file,
         "seconds": read.seconds,
         "client_cpu_s": read.client_cpu,
-        "bytes": read.bytes,
+        "bytes": read.nbytes,
         "lines": read.lines,
         "peak_rss_mb": peak,
         "error": watch.killed or read.error,

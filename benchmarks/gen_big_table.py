@@ -34,6 +34,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -343,7 +344,7 @@ def generate(out: Path, files: int, commits: int, seed: int = 0, force: bool = F
 class Checkpoint:
     """The checkpoint's part files, and how to find its files again after they were written."""
 
-    def __init__(self, paths: list[Path], states: list[dict], total: int) -> None:
+    def __init__(self, paths: list[Path], states: list[Any], total: int) -> None:
         self.paths = paths
         self.states = states  # the generator's state before each batch of BATCH files
         self.total = total
@@ -372,7 +373,7 @@ def _write_checkpoint(log: Path, rng: np.random.Generator, head: pa.Table, files
     else:
         names = [f"{1:020d}.checkpoint.{k:010d}.{parts:010d}.parquet" for k in range(1, parts + 1)]
     bounds = [files * k // parts for k in range(parts + 1)]
-    states: list[dict] = []
+    states: list[Any] = []
     batch: Files | None = None
     for k, name in enumerate(names):
         with pq.ParquetWriter(log / name, CHECKPOINT_SCHEMA, compression="snappy") as writer:
