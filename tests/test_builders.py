@@ -176,14 +176,19 @@ def test_timestamp_ntz_table(tmp_path):
     assert [r["tsz"] for r in rows] == [r["tsz"] for r in TIMESTAMP_NTZ_ROWS]
 
 
-def test_big_table_generator_small(tmp_path):
-    """benchmarks/gen_big_table.py at a small size: deltalake opens it with the right state."""
+def _gen_big_table():
     import importlib.util
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "gen_big_table.py"
     spec = importlib.util.spec_from_file_location("gen_big_table", script)
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
+    return gen
+
+
+def test_big_table_generator_small(tmp_path):
+    """benchmarks/gen_big_table.py at a small size: deltalake opens it with the right state."""
+    gen = _gen_big_table()
     summary = gen.generate(tmp_path / "big", files=3000, commits=4)
     assert summary["expected_live_files"] == 3000 + 4 * 50
     result = gen.check(tmp_path / "big", files=3000, commits=4)
@@ -195,3 +200,31 @@ def test_big_table_generator_small(tmp_path):
     stats = json.loads(add["stats"])
     assert set(stats) == {"numRecords", "minValues", "maxValues", "nullCount"}
     assert set(stats["minValues"]) == {"id", "value", "name", "ts"}
+
+
+def test_big_table_generator_batches_and_parts(tmp_path, monkeypatch):
+    """Drawn in several batches, written in small row groups and in a 3-part checkpoint, the big
+    table still has the state its commits describe: the removes of checkpoint files (found again
+    from the saved batch states) hit live files, for deltalake and for the engine alike."""
+    import pyarrow.parquet as pq
+
+    from deltaport.delta import DeltaTable as EngineTable
+    from deltaport.delta import SnapshotCache
+
+    gen = _gen_big_table()
+    monkeypatch.setattr(gen, "BATCH", 700)
+    monkeypatch.setattr(gen, "ROW_GROUP", 256)
+    summary = gen.generate(tmp_path / "big", files=3000, commits=4, parts=3)
+    assert summary["expected_live_files"] == 3000 + 4 * 50
+    result = gen.check(tmp_path / "big", files=3000, commits=4)
+    assert result["ok"], result
+    log = tmp_path / "big" / "_delta_log"
+    names = [f"{1:020d}.checkpoint.{k:010d}.{3:010d}.parquet" for k in (1, 2, 3)]
+    hint = json.loads((log / "_last_checkpoint").read_text())
+    assert hint["parts"] == 3 and hint["size"] == 3002
+    assert hint["sizeInBytes"] == sum((log / n).stat().st_size for n in names)
+    assert sum(pq.ParquetFile(log / n).metadata.num_rows for n in names) == 3002
+    assert max(pq.ParquetFile(log / n).metadata.row_group(0).num_rows for n in names[1:]) <= 256
+    expected = set(pa.table(DeltaTable(str(tmp_path / "big")).get_add_actions(flatten=True)).column("path").to_pylist())
+    engine = EngineTable(str(tmp_path / "big"), cache=SnapshotCache()).snapshot()
+    assert set(engine.files().column("path").to_pylist()) == expected
