@@ -113,7 +113,7 @@ class _RemoteStore(LocalStore):
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
-        self.ranged = 0
+        self.ranged = self.reads = 0
         self.whole: list[str] = []
 
     def __getattribute__(self, name: str):
@@ -124,6 +124,7 @@ class _RemoteStore(LocalStore):
     def read_range(self, path: str, start: int, length: int) -> bytes:
         data = super().read_range(path, start, length)
         self.ranged += len(data)
+        self.reads += 1
         return data
 
     def read(self, path: str) -> bytes:
@@ -162,3 +163,21 @@ def test_a_corrupt_checkpoint_falls_back_to_the_whole_replay(tmp_path):
     got = DeltaTable(str(table), cache=SnapshotCache()).streamed(above=0)
     assert isinstance(got, Snapshot)  # whole replay, which falls back to the commits
     assert got.num_files == _whole(TABLES / "v1-single-part-struct-stats-only").num_files
+
+
+def test_protocol_and_metadata_are_read_from_their_row_group_alone(generated, tmp_path):
+    """Wherever the checkpoint holds them (here: its last rows), the protocol and metadata are
+    found, and only the row groups their statistics do not rule out are read."""
+    table = tmp_path / "t"
+    shutil.copytree(generated, table)
+    checkpoint = next((table / "_delta_log").glob("*.checkpoint.parquet"))
+    rows = pq.read_table(checkpoint)
+    moved = pa.concat_tables([rows.slice(2), rows.slice(0, 2)])  # protocol and metaData go last
+    assert rows.column("metaData").null_count == rows.num_rows - 1
+    pq.write_table(moved, checkpoint, row_group_size=500)
+    store = _RemoteStore(str(table))
+    stream = _streamed(table, store=store)
+    assert stream.config.metadata.id == _whole(generated).config.metadata.id
+    assert stream.config.partition_columns == ["part"]
+    groups = pq.ParquetFile(checkpoint).metadata.num_row_groups
+    assert groups == 7 and store.reads <= 3 * groups  # footers and one row group (all seven: 107 reads)

@@ -11,11 +11,13 @@ from deltaport.storage.base import ObjectStore
 
 
 def open_parquet(store: ObjectStore, path: str) -> Any:
-    """A parquet file for pyarrow to read: memory-mapped on local disk, else read by ranges (only
-    the footer and the column chunks read are fetched, never the whole object at once)."""
+    """A parquet file for pyarrow to read: only the footer and the column chunks read are read,
+    never the whole file at once. On local disk an ordinary file, not a memory map: a map's pages
+    would count in the process's resident memory until unmapped, the whole file's by the end of a
+    streamed read."""
     local = getattr(store, "local_path", None)
     if local is not None:
-        return pa.memory_map(str(local(path)))
+        return pa.OSFile(str(local(path)))
     size = store.head(path).size
     return _RangedFile(store, path, size)  # unbuffered: each read pyarrow makes is one ranged read
 
