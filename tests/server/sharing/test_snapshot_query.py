@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -236,5 +237,33 @@ def test_the_files_served_are_counted_once_streamed(big):
             out = _lines(client.post(f"{T}/multipart/query", json={}, headers=DELTA))
             out += _lines(client.post(f"{T}/big/query", json={"limitHint": 1}))
             assert _served(client) - before == len(_files(out)) == 5 + 1
+    finally:
+        server.stop()
+
+
+def test_an_asynchronous_query_of_a_streamed_table_pages_to_the_same_files(big):
+    """Planned in the background (its later commits and footers), then polled page by page."""
+    config = {**_config(big, 0), "asyncQueryThresholdMs": 0}
+    server = RunningServer(create_app(parse_config(config), cache=SnapshotCache()))
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            pending = _lines(
+                c.post(f"{T}/big/query", json={}, headers={"delta-sharing-capabilities": "asyncquery=true"})
+            )
+            query_id = pending[0]["queryStatus"]["queryId"]
+            files, token, deadline = [], None, time.monotonic() + 30
+            while True:
+                body = {"maxFiles": 1000, **({"pageToken": token} if token else {})}
+                out = _lines(c.post(f"{T}/big/queries/{query_id}", json=body))
+                if out[0].get("queryStatus", {}).get("status") == "pending":
+                    assert time.monotonic() < deadline, "the query stayed pending"
+                    time.sleep(0.05)
+                    continue
+                files += _files(out)
+                token = _end(out).get("nextPageToken")
+                if not token:
+                    break
+            whole, _ = _all_pages(c, "big", {"maxFiles": 100_000})
+        assert files == whole and len(files) == 3000 + 4 * 50
     finally:
         server.stop()
