@@ -58,6 +58,16 @@ class Piece:
     def place(self, i: int) -> Place:
         return Place(self.source, int(self.rows[i]))
 
+    def after(self, i: int) -> Piece | None:
+        """The files of this piece after its ``i``-th, as a piece (None when there are none)."""
+        if i + 1 >= len(self.rows):
+            return None
+        snap = self.snapshot
+        live = snap.live.slice(i + 1)
+        return Piece(
+            Snapshot(snap.table_uri, snap.version, snap.config, live, snap.timestamp), self.source, self.rows[i + 1 :]
+        )
+
 
 @dataclass(frozen=True)
 class StreamedSnapshot:

@@ -25,7 +25,7 @@ from deltaport.delta.streamed import StreamedSnapshot
 from deltaport.expressions.tree import Column, Comparison, Literal
 from deltaport.server import create_app, parse_config
 from deltaport.server.sharing.slices import slice_for
-from deltaport.server.sharing.streamed_query import StreamedFiles, StreamedPlan, keep_files
+from deltaport.server.sharing.streamed_query import Cursors, StreamedFiles, StreamedPlan, keep_files
 
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[4] / "shared")) / "delta-tables"
 T = "/delta-sharing/shares/s/schemas/d/tables"
@@ -164,10 +164,14 @@ def test_streamed_pages_list_the_same_files_as_whole_ones(servers, body, monkeyp
     assert a == b and pages_b >= len(b) // 650
 
 
-def test_a_tiny_page_reads_from_where_the_last_stopped(servers, big, monkeypatch):
-    """maxFiles=1 at the end of a 3,000-file table reads one piece, not the table from its start."""
-    _, streamed = servers
+@pytest.mark.parametrize("cursors", ["kept", "dropped"])
+def test_a_tiny_page_reads_from_where_the_last_stopped(servers, cursors, monkeypatch):
+    """maxFiles=1 at the end of a 3,000-file table: with the last page's cursor kept, nothing is read
+    again; without it (another replica, or dropped), one piece, not the table from its start."""
+    whole, streamed = servers
     monkeypatch.setattr(streamed_module, "PIECE_ROWS", 100)
+    if cursors == "dropped":
+        monkeypatch.setattr(Cursors, "keep", lambda self, key, pieces: None)
     reads = []
     real = StreamedSnapshot.pieces
 
@@ -179,13 +183,17 @@ def test_a_tiny_page_reads_from_where_the_last_stopped(servers, big, monkeypatch
     first = _lines(streamed.post(f"{T}/big/query", json={"maxFiles": 2990}))
     token = _end(first)["nextPageToken"]
     monkeypatch.setattr(StreamedSnapshot, "pieces", counting)
-    files, token_pages = [], 0
-    while token and token_pages < 5:
+    files, pages = [], 0
+    while token and pages < 5:
         out = _lines(streamed.post(f"{T}/big/query", json={"maxFiles": 1, "pageToken": token}))
         files += _files(out)
-        token, token_pages = _end(out).get("nextPageToken"), token_pages + 1
-    assert len(files) == 5
-    assert 0 < sum(reads) <= 5 * 4 * 100  # a page reads its piece and a few ahead (from the start: 2,990)
+        token, pages = _end(out).get("nextPageToken"), pages + 1
+    expected, _ = _all_pages(whole, "big", {"maxFiles": 100_000})
+    assert files == expected[2990:2995]
+    if cursors == "kept":
+        assert reads == []  # each page went on from the last one's cursor
+    else:
+        assert 0 < sum(reads) <= 5 * 100  # a piece a page (from the start: 2,990 files a page)
 
 
 def test_a_page_token_is_bound_to_its_kind_of_query(servers):

@@ -28,6 +28,7 @@ from deltaport.server.ops.request_info import FilesServed
 from deltaport.server.sharing.answers import Answer, Reply, binding, stream_body, timestamp_ms
 from deltaport.server.sharing.registry import Principal, SharedTable
 from deltaport.server.sharing.streamed_query import (
+    Cursors,
     StreamedFiles,
     StreamedPlan,
     counted_lines,
@@ -87,6 +88,7 @@ class SnapshotQueries:
 
     def __init__(self, service: SharingService) -> None:
         self.service = service
+        self.cursors = Cursors()
 
     def reply(
         self, who: Principal, shared: SharedTable, req: QueryRequest, answer: Answer, pinned: int | None
@@ -183,7 +185,7 @@ class SnapshotQueries:
         if part is not None:
             within = lambda snap: part.mask_of_struct(snap.config, snap.live.column("partitionValues"))  # noqa: E731
         plan = StreamedPlan(place, keep_files(self.predicate(query.req), within), owed, query.page_size)
-        files = StreamedFiles(stream, plan, check_paths_inside)
+        files = StreamedFiles(stream, plan, check_paths_inside, self.cursors)
 
         def next_token() -> str | None:
             resume = files.resume()

@@ -14,6 +14,8 @@ ends the stream with the protocol's error line when the client reads ``endStream
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -53,20 +55,56 @@ class _Stop:
     limit: int | None = None
 
 
+CursorKey = tuple[str, int, Place]
+
+
+class Cursors:
+    """Where paged streamed queries stopped, ready to go on: the rest of the piece a page ended in
+    and the open reading of the pieces after it, by (table, version, place). A next page that
+    resumes there takes it, and reads none of what came before again (parquet cannot start reading
+    a row group in its middle). At most ``entries`` are kept, the oldest dropped; a page served by
+    another replica, or after a drop, reads from the place's row group, as without."""
+
+    def __init__(self, entries: int = 4) -> None:
+        self.entries = entries
+        self._items: OrderedDict[CursorKey, Iterator[Piece]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, key: CursorKey) -> Iterator[Piece] | None:
+        with self._lock:
+            return self._items.pop(key, None)
+
+    def keep(self, key: CursorKey, pieces: Iterator[Piece]) -> None:
+        with self._lock:
+            self._items[key] = pieces
+            dropped = [self._items.popitem(last=False)[1] for _ in range(len(self._items) - self.entries)]
+        for old in dropped:
+            close = getattr(old, "close", None)
+            if close is not None:
+                close()
+
+
 class StreamedFiles:
     """One response's files of a streamed snapshot (see the module): iterate :meth:`pieces` once;
     afterwards :meth:`resume` says where a next page starts (None on the last page)."""
 
-    def __init__(self, stream: StreamedSnapshot, plan: StreamedPlan, check_paths: CheckPaths) -> None:
-        self.stream, self.plan, self.check_paths = stream, plan, check_paths
+    def __init__(
+        self, stream: StreamedSnapshot, plan: StreamedPlan, check_paths: CheckPaths, cursors: Cursors | None = None
+    ) -> None:
+        self.stream, self.plan, self.check_paths, self.cursors = stream, plan, check_paths, cursors
         self._stop = _Stop()
+        self._rest: Piece | None = None  # what is left of the piece a page ended in
         self._checked: Snapshot | None = None
         self._first = self._primed()
 
+    def _key(self, place: Place) -> CursorKey:
+        return self.stream.table_uri, self.stream.version, place
+
     def _primed(self) -> Iterator[Piece]:
-        """The stream's pieces, the first read now: the errors of opening the checkpoint and of the
-        first piece's paths come before any byte is sent."""
-        pieces = self.stream.pieces(self.plan.start)
+        """The stream's pieces (from where a page stopped, if that is kept), the first read now: the
+        errors of opening the checkpoint and of the first piece's paths come before any byte."""
+        kept = self.cursors.take(self._key(self.plan.start)) if self.cursors is not None else None
+        pieces = kept if kept is not None else self.stream.pieces(self.plan.start)
         first = next(pieces, None)
         if first is None:
             return iter(())
@@ -80,8 +118,15 @@ class StreamedFiles:
         return piece, np.asarray(self.plan.keep(piece.snapshot), dtype=np.int64)
 
     def pieces(self) -> Iterator[tuple[Snapshot, Any]]:
-        """(piece snapshot, indices of its files to list), in order, up to the page's end. The next
-        pieces are read and scanned in two threads while this one's lines are made and sent."""
+        """(piece snapshot, indices of its files to list), in order, up to the page's end. Unpaged,
+        the next pieces are read and scanned in two threads while this one's lines are made and
+        sent; paged, one after the other, and where the page ends is kept for the next."""
+        if self.plan.page_size is not None:
+            yield from self._paged(map(self._kept, self._first))
+            if self._stop.place is not None and self.cursors is not None:
+                rest = self._first if self._rest is None else _chain(self._rest, self._first)
+                self.cursors.keep(self._key(self._stop.place), rest)
+            return
         kept = pipelined(self._first, self._kept, depth=1)
         try:
             yield from self._paged(kept)
@@ -102,6 +147,7 @@ class StreamedFiles:
                 last = piece.place(int(indices[-1])) if len(indices) else None
                 if last is not None and (more or Place(last.source, last.row + 1) < self.stream.end):
                     self._stop = _Stop(Place(last.source, last.row + 1), owed)
+                    self._rest = piece.after(int(indices[-1]))
                 if len(indices):
                     yield piece.snapshot, indices
                 return
