@@ -143,9 +143,10 @@ class FileList(Sequence[FileAction]):
             yield from _unpack(block)
 
     def _block(self, index: int) -> list[FileAction]:
-        if self._cached is None or self._cached[0] != index:
-            self._cached = (index, _unpack(self._blocks[index][0]))
-        return self._cached[1]
+        cached = self._cached  # one read: threads may replace it meanwhile
+        if cached is None or cached[0] != index:
+            cached = self._cached = (index, _unpack(self._blocks[index][0]))
+        return cached[1]
 
     @overload
     def __getitem__(self, index: int) -> FileAction: ...
