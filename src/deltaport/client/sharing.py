@@ -1,8 +1,9 @@
 """The official connector's public functions (same names, parameters and URL syntax), and more.
 
 ``url`` is ``<profile-file>#<share>.<schema>.<table>`` everywhere. Keyword-only extras, all
-optional: ``max_files`` (ask the server for pages of that many files), ``max_workers``
-(parallel downloads), ``progress`` (True/False/None = when stderr is a terminal),
+optional: ``max_files`` (ask the server for pages of that many files; :func:`load_as_arrow_reader`
+pages by default, 100,000 files a page), ``max_workers`` (parallel downloads), ``progress``
+(True/False/None = when stderr is a terminal),
 ``refresh_margin_seconds`` (refresh URLs that expire within that many seconds before using them;
 by default a quarter of their lifetime, at most 30 s),
 ``transport`` and ``retry`` (HTTP transport and backoff, for proxies and tests).
