@@ -11,6 +11,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -18,7 +19,9 @@ from client_support import server_config, write_profile
 from servers import ServeProcess
 
 import deltaport.client as ds
-from deltaport.client.rest import RestClient
+from deltaport.client.rest import QueryOptions, RestClient
+
+pytest_plugins = ["client_fixtures"]
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 FILES, ROWS, PAGE = 23, 5, 10
@@ -140,6 +143,27 @@ def test_every_page_reads_the_first_pages_version(served):
         assert len(ds.load_as_arrow(url)) == len(at_start) + 10  # a new read sees the commit
     finally:
         (root / "_delta_log" / f"{1:020d}.json").unlink()
+
+
+def test_a_refused_url_is_renewed_by_asking_its_own_page_again(served, recording):
+    server, profile, _ = served
+    url = f"{profile}#corpus.default.many"
+    with RestClient(profile) as rest:
+        pages = [page.files for _, page in rest.query_pages("corpus.default.many", QueryOptions(max_files=PAGE))]
+    second = pages[1][0].url.split("?")[0]  # the storage refuses a file of the second page, once
+    recording.add_rule(
+        lambda r: r.method == "GET" and str(r.url).split("?")[0] == second,
+        lambda r: httpx.Response(403, text="<Error><Code>AccessDenied</Code><Message>expired</Message></Error>"),
+    )
+    whole = ds.load_as_arrow(url)
+    before = _queries(server, "many")
+    paged = ds.load_as_arrow_reader(url, max_files=PAGE, max_workers=2, transport=recording).read_all()
+    assert _ids(paged) == _ids(whole)
+    asked = [r for r in recording.requests if r.url.path.endswith("/query")]
+    assert len(asked) == 4 and _queries(server, "many") == before + 4  # 3 pages, and the second again
+    # the second page asked again, with its own token, before the third page is asked for
+    assert json.loads(asked[2].content)["pageToken"] == json.loads(asked[1].content)["pageToken"]
+    assert [json.loads(r.content).get("pageToken") is None for r in asked] == [True, False, False, False]
 
 
 def test_a_listing_of_many_files_is_held_compactly(served):
