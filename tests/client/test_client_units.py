@@ -13,7 +13,8 @@ import pytest
 
 from deltaport.client.errors import IncompleteResponse, SharingServerError
 from deltaport.client.fetch import FileFetcher
-from deltaport.client.model import FileAction, Metadata, PageParser, Protocol, pair_deletion_vector_changes
+from deltaport.client.model import FileAction, Metadata, Protocol, pair_deletion_vector_changes
+from deltaport.client.pages import PageParser
 from deltaport.client.reader import conform
 from deltaport.client.rest import ChangesOptions, QueryOptions, capabilities_header
 from deltaport.client.schema import TableInfo, delta_to_arrow, parse_partition_value

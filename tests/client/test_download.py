@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -322,6 +323,37 @@ def test_renewal_keeps_what_the_reader_set_and_finds_the_file_by_id(listing, htt
     mine = _tampered(files[0], version=7, change_type="insert")  # a snapshot file a reader labelled itself
     got = UrlRenewer(refresher).read(mine, lambda a: (a, download(a.url, http, file_id=a.id)))
     assert got[0].version == 7 and got[0].change_type == "insert" and len(got[1]) == files[0].size
+
+
+class _Listed(Sequence):
+    """A refreshed file list that records each pass over it."""
+
+    def __init__(self, files, passes):
+        self.files, self.passes = files, passes
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, index):
+        return self.files[index]
+
+    def __iter__(self):
+        self.passes.append(1)
+        return iter(self.files)
+
+
+def test_a_renewed_file_is_found_at_its_position_without_indexing_the_fresh_list(listing, http):
+    files, refresher, _ = listing
+    passes: list = []
+    renewer = UrlRenewer(lambda: _Listed(refresher(), passes), preemptive=False)
+
+    def get(action):
+        return download(action.url, http, file_id=action.id)
+
+    assert len(renewer.read(_tampered(files[1], expiration_timestamp=1), get, position=1)) == files[1].size
+    assert renewer.refreshes == 1 and passes == []
+    assert len(renewer.read(_tampered(files[2], expiration_timestamp=1), get, position=0)) == files[2].size
+    assert passes == [1]  # a position that misses: the list is indexed, once
 
 
 def test_a_url_refused_every_time_or_a_file_gone_or_no_refresher_are_one_line(listing, http):

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import orjson
 
 from deltaport.client.errors import SharingServerError
-from deltaport.client.model import ResponsePage
+from deltaport.client.pages import ResponsePage
 from deltaport.protocol.requests import QueryRequest
 
 __all__ = ["ASYNC_CAPABILITY", "AsyncQuery", "Pending", "Send", "with_idempotency_key"]

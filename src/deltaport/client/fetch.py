@@ -68,11 +68,12 @@ class FileFetcher:
     def refreshes(self) -> int:
         return self.renewer.refreshes
 
-    def _task(self, action: FileAction) -> pa.Table:
+    def _task(self, action: FileAction, position: int) -> pa.Table:
         return self.renewer.read(
             action,
             lambda current: self._read(current, self.table, columns=self.columns, http=self.http),
             max_attempts=self.max_attempts,
+            position=position,
         )
 
     # --- the pipeline ------------------------------------------------------------------------------
@@ -85,7 +86,7 @@ class FileFetcher:
         """
         if not actions or (limit is not None and limit <= 0):
             return
-        source = iter(actions)
+        source = enumerate(actions)
         pending: deque[tuple[FileAction, Future, int]] = deque()
         pool = ThreadPoolExecutor(max_workers=min(self.max_workers, len(actions)), thread_name_prefix="deltaport-read")
         state = {"rows": 0, "expected": 0}
@@ -95,12 +96,12 @@ class FileFetcher:
                 while len(pending) < self.max_in_flight:
                     if limit is not None and state["rows"] + state["expected"] >= limit:
                         return
-                    action = next(source, None)
+                    position, action = next(source, (0, None))
                     if action is None:
                         return
                     estimate = (action.num_records or 0) if limit is not None and action.change_type is None else 0
                     state["expected"] += estimate
-                    pending.append((action, pool.submit(self._task, action), estimate))
+                    pending.append((action, pool.submit(self._task, action, position), estimate))
 
             fill()
             while pending:

@@ -4,6 +4,7 @@ query body), :class:`ChangesOptions` (the change feed's parameters), :class:`Met
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from deltaport.client.model import FileAction, Metadata, Protocol
@@ -64,7 +65,7 @@ class QueryResult:
     protocol: Protocol
     metadata: Metadata
     format: str
-    files: tuple[FileAction, ...]
+    files: Sequence[FileAction]
     table_version: int | None
     refresh_token: str | None = None
     pages: int = 1

@@ -36,6 +36,30 @@ def _match(action: FileAction, fresh: dict[tuple, FileAction], by_id: dict[str, 
     return found
 
 
+class _Fresh:
+    """A refreshed file list. An action is looked for at its position in the read's list first (a
+    query asked again lists the same files in the same order), so a compact list stays compact;
+    the index of every file is built only when that guess misses."""
+
+    def __init__(self, files: Sequence[FileAction]) -> None:
+        self.files = files
+        self._index: tuple[dict[tuple, FileAction], dict[str, list[FileAction]]] | None = None
+
+    def find(self, action: FileAction, position: int | None) -> FileAction | None:
+        if position is not None and position < len(self.files):
+            candidate = self.files[position]
+            if candidate.key == action.key:
+                return candidate
+        if self._index is None:
+            by_key: dict[tuple, FileAction] = {}
+            by_id: dict[str, list[FileAction]] = {}
+            for f in self.files:
+                by_key[f.key] = f
+                by_id.setdefault(f.id, []).append(f)
+            self._index = (by_key, by_id)
+        return _match(action, *self._index)
+
+
 class UrlRenewer:
     """See the module docstring. ``refreshes`` counts the refreshes made."""
 
@@ -57,8 +81,7 @@ class UrlRenewer:
         self.hint = hint
         self.refreshes = 0
         self._lock = threading.Lock()
-        self._fresh: dict[tuple, FileAction] = {}
-        self._by_id: dict[str, list[FileAction]] = {}
+        self._fresh = _Fresh(())
         self._last_refresh = float("-inf")
         self._listed_at_ms = clock() * 1000  # when the file list (and its URLs) was made, about
 
@@ -72,10 +95,11 @@ class UrlRenewer:
             margin = min(AUTO_MARGIN_MS, max(0.0, exp - self._listed_at_ms) / 4)
         return exp - self.clock() * 1000 <= margin
 
-    def renew(self, action: FileAction, *, refused: bool) -> FileAction:
-        """``action`` with the newest known URLs, asking the server again when needed."""
+    def renew(self, action: FileAction, *, refused: bool, position: int | None = None) -> FileAction:
+        """``action`` with the newest known URLs, asking the server again when needed; ``position``
+        (the action's index in the read's file list) speeds up finding it in the fresh list."""
         with self._lock:
-            latest = self._known(action)
+            latest = self._known(action, position)
             if latest.url != action.url:
                 return latest  # another thread refreshed meanwhile
             if not refused and self.clock() - self._last_refresh < self.min_interval:
@@ -89,25 +113,21 @@ class UrlRenewer:
                         file_id=action.id,
                     )
                 return latest
-            fresh = list(self.refresher())
+            self._fresh = _Fresh(self.refresher())
             self.refreshes += 1
             self._last_refresh = self.clock()
             self._listed_at_ms = self._last_refresh * 1000
-            self._fresh = {f.key: f for f in fresh}
-            self._by_id = {}
-            for f in fresh:
-                self._by_id.setdefault(f.id, []).append(f)
-            if _match(action, self._fresh, self._by_id) is None:
+            if self._fresh.find(action, position) is None:
                 raise IncompleteResponse(
                     f"file {action.id} is no longer part of the table after refreshing its "
                     "URL: the table changed during the read",
                     error_code="TABLE_CHANGED",
                     hint=self.hint,
                 )
-            return self._known(action)
+            return self._known(action, position)
 
-    def _known(self, action: FileAction) -> FileAction:
-        found = _match(action, self._fresh, self._by_id)
+    def _known(self, action: FileAction, position: int | None) -> FileAction:
+        found = self._fresh.find(action, position)
         if found is None or found.url == action.url:
             return action
         return dataclasses.replace(
@@ -118,13 +138,20 @@ class UrlRenewer:
             expiration_timestamp=found.expiration_timestamp,
         )
 
-    def read(self, action: FileAction, fn: Callable[[FileAction], T], *, max_attempts: int = MAX_ATTEMPTS) -> T:
+    def read(
+        self,
+        action: FileAction,
+        fn: Callable[[FileAction], T],
+        *,
+        max_attempts: int = MAX_ATTEMPTS,
+        position: int | None = None,
+    ) -> T:
         """``fn(action)``, renewing the action's URLs when they expire (before the call) or are
-        refused (then calling again), at most ``max_attempts`` calls."""
+        refused (then calling again), at most ``max_attempts`` calls. ``position``: see :meth:`renew`."""
         current = action
         for attempt in range(max_attempts):
             if self.expiring(current):
-                current = self.renew(current, refused=False)
+                current = self.renew(current, refused=False, position=position)
             try:
                 return fn(current)
             except UrlExpired as exc:
@@ -136,5 +163,5 @@ class UrlRenewer:
                         http_status=exc.http_status,
                         file_id=action.id,
                     ) from exc
-                current = self.renew(current, refused=True)
+                current = self.renew(current, refused=True, position=position)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -23,9 +23,8 @@ from deltaport import __version__
 from deltaport.client.async_query import AsyncQuery, Pending, with_idempotency_key
 from deltaport.client.auth import AuthProvider, auth_for_profile
 from deltaport.client.errors import IncompleteResponse, SharingServerError
+from deltaport.client.file_list import FileList
 from deltaport.client.model import (
-    PageParser,
-    ResponsePage,
     Schema,
     Share,
     Table,
@@ -33,6 +32,7 @@ from deltaport.client.model import (
     pair_deletion_vector_changes,
     placement,
 )
+from deltaport.client.pages import PageParser, ResponsePage
 from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_table_name, read_profile
 from deltaport.client.query_types import ChangesOptions, MetadataResult, QueryOptions, QueryResult
 from deltaport.client.retry import RetryPolicy, call_with_retries, unreachable
@@ -455,11 +455,39 @@ class RestClient:
         on_pending: Callable[[float], None] | None = None,
     ) -> QueryResult:
         """``POST .../query``; with ``follow_pages`` every page (``options.max_files`` per page) is fetched.
+        The files are held compactly (:class:`~deltaport.client.file_list.FileList`).
 
         ``async_query``: send ``asyncquery=true`` and poll the server's ``queryId`` for at most
         ``timeout`` seconds (None: no limit), ``on_pending`` called with the seconds waited before
         each poll (see :mod:`deltaport.client.async_query`). Off by default; change queries are
         never asynchronous."""
+        pages = self.query_pages(
+            table,
+            options,
+            response_format=response_format,
+            follow_pages=follow_pages,
+            async_query=async_query,
+            timeout=timeout,
+            on_pending=on_pending,
+        )
+        return _merged([page for _, page in pages])
+
+    def query_pages(
+        self,
+        table: Table | str,
+        options: QueryOptions = QueryOptions(),
+        *,
+        response_format: str = AUTO,
+        follow_pages: bool = True,
+        async_query: bool = False,
+        timeout: float | None = None,
+        on_pending: Callable[[float], None] | None = None,
+    ) -> Iterator[tuple[QueryOptions, ResponsePage]]:
+        """The pages of ``POST .../query`` one at a time, each with the options that asked for it
+        (asking them again renews the page's URLs: a page token pins the version and position). The
+        next page is asked for only when the caller is done with one, so a caller that reads each
+        page's files before the next holds one page at a time. Every page must describe the
+        first's table version and format (else ``INCONSISTENT_PAGES``). Options as :meth:`query_table`."""
         path = self._table_path(table) + "/query"
         changes = options.starting_version is not None
         asynchronous: AsyncQuery | None = None
@@ -483,7 +511,7 @@ class RestClient:
         def next_options(opts: QueryOptions, token: str) -> QueryOptions:
             return replace(opts, page_token=token, include_refresh_token=False, refresh_token=None)
 
-        return self._all_pages(page, options, next_options, follow_pages, changes, f"POST {path}")
+        return self._pages(page, options, next_options, follow_pages, changes, f"POST {path}")
 
     def _post_page(self, path: str, capabilities: str, body: bytes, required: bool) -> ResponsePage | Pending:
         return self._ndjson(
@@ -515,10 +543,12 @@ class RestClient:
         def next_options(opts: ChangesOptions, token: str) -> ChangesOptions:
             return replace(opts, page_token=token)
 
-        result = self._all_pages(page, options, next_options, follow_pages, True, f"GET {path}")
-        return replace(result, files=tuple(pair_deletion_vector_changes(result.files)))
+        result = _merged([p for _, p in self._pages(page, options, next_options, follow_pages, True, f"GET {path}")])
+        if not any(f.deletion_vector for f in result.files):
+            return result  # nothing to pair (the usual case): the files stay compact
+        return replace(result, files=FileList.of(pair_deletion_vector_changes(result.files)))
 
-    def _all_pages(
+    def _pages(
         self,
         page: Callable[[Any], ResponsePage],
         options: Any,
@@ -526,12 +556,10 @@ class RestClient:
         follow_pages: bool,
         changes: bool,
         what: str,
-    ) -> QueryResult:
+    ) -> Iterator[tuple[Any, ResponsePage]]:
         first = page(options)
-        files = list(first.files)
-        metadata_changes = list(first.metadata_changes)
+        yield options, first
         end = first.end_stream
-        min_expiry = end.min_url_expiration_timestamp if end else None
         pages = 1
         seen: set[str] = set()
         while follow_pages and end is not None and end.next_page_token:
@@ -553,21 +581,24 @@ class RestClient:
                 )
             if nxt.end_stream is None:
                 raise IncompleteResponse(f"page {pages + 1} ended without its endStreamAction", request=what)
-            files.extend(nxt.files)
-            metadata_changes.extend(nxt.metadata_changes)
+            yield options, nxt
             end = nxt.end_stream
-            if end.min_url_expiration_timestamp is not None:
-                min_expiry = min(min_expiry or end.min_url_expiration_timestamp, end.min_url_expiration_timestamp)
             pages += 1
-        refresh = first.end_stream.refresh_token if first.end_stream else None
-        return QueryResult(
-            first.protocol,
-            first.metadata,
-            first.format,
-            tuple(files),
-            first.table_version,
-            refresh,
-            pages,
-            tuple(metadata_changes),
-            min_expiry,
-        )
+
+
+def _merged(pages: list[ResponsePage]) -> QueryResult:
+    """The pages of one answer as one result (the first page's head and refresh token)."""
+    first = pages[0]
+    expiries = [p.end_stream.min_url_expiration_timestamp for p in pages if p.end_stream is not None]
+    known = [e for e in expiries if e is not None]
+    return QueryResult(
+        first.protocol,
+        first.metadata,
+        first.format,
+        FileList.join(p.files for p in pages),
+        first.table_version,
+        first.end_stream.refresh_token if first.end_stream else None,
+        len(pages),
+        tuple(m for p in pages for m in p.metadata_changes),
+        min(known) if known else None,
+    )

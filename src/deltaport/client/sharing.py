@@ -1,8 +1,9 @@
 """The official connector's public functions (same names, parameters and URL syntax), and more.
 
 ``url`` is ``<profile-file>#<share>.<schema>.<table>`` everywhere. Keyword-only extras, all
-optional: ``max_files`` (ask the server for pages of that many files), ``max_workers``
-(parallel downloads), ``progress`` (True/False/None = when stderr is a terminal),
+optional: ``max_files`` (ask the server for pages of that many files; :func:`load_as_arrow_reader`
+pages by default, 100,000 files a page), ``max_workers`` (parallel downloads), ``progress``
+(True/False/None = when stderr is a terminal),
 ``refresh_margin_seconds`` (refresh URLs that expire within that many seconds before using them;
 by default a quarter of their lifetime, at most 30 s),
 ``transport`` and ``retry`` (HTTP transport and backoff, for proxies and tests).
@@ -39,7 +40,7 @@ from deltaport.client.rest import (
 from deltaport.client.retry import RetryPolicy
 from deltaport.client.schema import TableInfo
 from deltaport.client.spark_session import active_session
-from deltaport.client.table_read import ReadOptions, TableRead, read_options
+from deltaport.client.table_read import PAGE_FILES, ReadOptions, TableRead, read_options
 
 __all__ = [
     "ReadOptions",
@@ -301,7 +302,11 @@ def load_as_arrow_reader(
     timeout: float | None = None,
 ) -> pa.RecordBatchReader:
     """A streaming ``pyarrow.RecordBatchReader``: files are fetched as batches are consumed, at most
-    a few per download thread ahead, so memory stays bounded whatever the table size."""
+    a few per download thread ahead, so memory stays bounded whatever the table size.
+
+    The listing is asked for in pages of ``max_files`` files (default 100,000) and a page's files
+    are read before the next page is asked for, so the listing held is one page at a time as
+    well; the server's page tokens keep every page at the first page's table version."""
     _check_limit(limit)
     opts = read_options(
         max_files, max_workers, progress, refresh_margin_seconds, transport, retry, async_query, timeout
@@ -311,7 +316,8 @@ def load_as_arrow_reader(
         query = QueryOptions(
             json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version, timestamp=timestamp
         )
-        info, result, refresher = read.snapshot(query, response_format_arg(use_delta_format))
+        page_files = opts.max_files or PAGE_FILES
+        info, pages = read.snapshot_pages(query, response_format_arg(use_delta_format), page_files)
     except BaseException:
         read.close()
         raise
@@ -322,9 +328,25 @@ def load_as_arrow_reader(
     )
 
     def batches() -> Iterator[pa.RecordBatch]:
+        remaining = limit
         try:
-            for table in read.tables(info, result.files, refresher, change=False, limit=limit, columns=columns):
-                yield from table.to_batches()
+            for number, (files, refresher) in enumerate(pages, start=1):
+                tables = read.tables(
+                    info,
+                    files,
+                    refresher,
+                    change=False,
+                    limit=remaining,
+                    columns=columns,
+                    page=number if number > 1 else None,
+                )
+                del files
+                for table in tables:
+                    if remaining is not None:
+                        remaining -= table.num_rows
+                    yield from table.to_batches()
+                if remaining is not None and remaining <= 0:
+                    return
         finally:
             read.close()
 

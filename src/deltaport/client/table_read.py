@@ -4,7 +4,7 @@ line while the server plans it), URL refreshes, and the downloads with their pro
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -12,7 +12,9 @@ import httpx
 import pyarrow as pa
 
 from deltaport.client.fetch import FileFetcher, default_workers
+from deltaport.client.file_list import FileList
 from deltaport.client.model import FileAction, Table
+from deltaport.client.pages import ResponsePage
 from deltaport.client.profile import parse_url
 from deltaport.client.progress import PlanningProgress, ReadProgress
 from deltaport.client.query_types import ChangesOptions, QueryOptions, QueryResult
@@ -21,7 +23,10 @@ from deltaport.client.retry import RetryPolicy
 from deltaport.client.schema import TableInfo
 from deltaport.client.transport import file_http_client
 
-__all__ = ["ReadOptions", "TableRead", "read_options"]
+__all__ = ["PAGE_FILES", "ReadOptions", "TableRead", "read_options"]
+
+#: files per page of a streamed read that pages through the listing (``max_files`` changes it)
+PAGE_FILES = 100_000
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,57 @@ class TableRead:
 
         return result.table_info(), result, refresher
 
+    def snapshot_pages(
+        self, query: QueryOptions, response_format: str, page_files: int
+    ) -> tuple[TableInfo, Iterator[tuple[Sequence[FileAction], Callable[[], Sequence[FileAction]]]]]:
+        """The table and its files a page of ``page_files`` at a time, each page with a refresher that
+        asks that page again (fresh URLs, same version: a page token pins it, a refresh token the
+        first page's). The next page is asked for once the caller takes it: a caller that reads a
+        page's files before taking the next holds one page of the listing at a time."""
+        latest = not query.specific_version
+        query = replace(query, max_files=page_files, include_refresh_token=latest)
+
+        def ask(on_pending: Callable[[float], None] | None = None):
+            return self.rest.query_pages(
+                self.table,
+                query,
+                response_format=response_format,
+                async_query=self.opts.async_query,
+                timeout=self.opts.timeout,
+                on_pending=on_pending,
+            )
+
+        if self.opts.async_query:
+            with PlanningProgress(self.table.full_name, enabled=self.opts.progress) as planning:
+                pages = ask(planning.update)
+                first_options, first = next(pages)
+        else:
+            pages = ask()
+            first_options, first = next(pages)
+        info = TableInfo.from_metadata(first.metadata, first.protocol, format=first.format, version=first.table_version)
+        state = {"token": first.end_stream.refresh_token if first.end_stream else None}
+
+        def refresher(opts: QueryOptions) -> Callable[[], Sequence[FileAction]]:
+            def again() -> Sequence[FileAction]:
+                ask = opts
+                if opts.page_token is None and state["token"]:
+                    ask = replace(opts, refresh_token=state["token"])
+                fresh = self.rest.query_table(self.table, ask, response_format=info.format, follow_pages=False)
+                if opts.page_token is None:
+                    state["token"] = fresh.refresh_token or state["token"]
+                return fresh.files
+
+            return again
+
+        def each(head: list[tuple[QueryOptions, ResponsePage]]) -> Iterator[tuple[Sequence[FileAction], Any]]:
+            opts, page = head.pop()  # not kept once read
+            yield page.files, refresher(opts)
+            del page
+            for opts, page in pages:
+                yield page.files, refresher(opts)
+
+        return info, each([(first_options, first)])
+
     def changes(self, options: ChangesOptions, response_format: str) -> tuple[TableInfo, QueryResult, Any]:
         options = replace(options, max_files=self.opts.max_files)
         result = self.rest.query_changes(self.table, options, response_format=response_format)
@@ -135,11 +191,12 @@ class TableRead:
         change: bool,
         limit: int | None = None,
         columns: list[str] | None = None,
+        page: int | None = None,
     ) -> Iterator[pa.Table]:
         progress = ReadProgress(
-            total_bytes=sum(f.size for f in files),
+            total_bytes=files.total_bytes if isinstance(files, FileList) else sum(f.size for f in files),
             total_files=len(files),
-            description=f"reading {self.table.full_name}",
+            description=f"reading {self.table.full_name}" + (f" (page {page})" if page else ""),
             enabled=self.opts.progress,
         )
         fetcher = FileFetcher(
