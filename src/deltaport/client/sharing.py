@@ -326,31 +326,32 @@ def load_as_arrow_reader(
         if columns is None
         else pa.schema([f for f in info.arrow_schema if f.name in {info.column(c).name for c in columns}])
     )
+    return pa.RecordBatchReader.from_batches(schema, _paged_batches(read, info, pages, limit, columns))
 
-    def batches() -> Iterator[pa.RecordBatch]:
-        remaining = limit
-        try:
-            for number, (files, refresher) in enumerate(pages, start=1):
-                tables = read.tables(
-                    info,
-                    files,
-                    refresher,
-                    change=False,
-                    limit=remaining,
-                    columns=columns,
-                    page=number if number > 1 else None,
-                )
-                del files
-                for table in tables:
-                    if remaining is not None:
-                        remaining -= table.num_rows
-                    yield from table.to_batches()
-                if remaining is not None and remaining <= 0:
-                    return
-        finally:
-            read.close()
 
-    return pa.RecordBatchReader.from_batches(schema, batches())
+def _paged_batches(read: TableRead, info: TableInfo, pages, limit: int | None, columns) -> Iterator[pa.RecordBatch]:
+    """The rows of each page's files in turn, ``limit`` carried across pages; ``read`` closed at the end."""
+    remaining = limit
+    try:
+        for number, (files, refresher) in enumerate(pages, start=1):
+            tables = read.tables(
+                info,
+                files,
+                refresher,
+                change=False,
+                limit=remaining,
+                columns=columns,
+                page=number if number > 1 else None,
+            )
+            del files
+            for table in tables:
+                if remaining is not None:
+                    remaining -= table.num_rows
+                yield from table.to_batches()
+            if remaining is not None and remaining <= 0:
+                return
+    finally:
+        read.close()
 
 
 def _changes_tables(
