@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,8 @@ import psutil
 import pytest
 import yaml
 from servers import ServeProcess
+
+from workers_support import each_on_a_new_connection, pids_in_access_log, wait_for_workers, worker_pids
 
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
 AUTH = {"Authorization": "Bearer t"}
@@ -41,36 +42,20 @@ def server(tmp_path):
         ],
     }
     serving = ServeProcess(config, tmp_path, "--workers", "2")
-    deadline = time.time() + 30
-    while serving.log.read_text().count("Application startup complete") < 2:
-        assert time.time() < deadline, "two workers did not start"
-        time.sleep(0.2)
+    wait_for_workers(serving)
     yield serving
     serving.stop()
 
 
-def _workers(server: ServeProcess) -> list[int]:
-    return [child.pid for child in psutil.Process(server.proc.pid).children()]
-
-
-def _pids_in_access_log(server: ServeProcess) -> set[str]:
-    return set(re.findall(r"INFO \[(\d+)\] deltaport\.access", server.log.read_text()))
-
-
-def _each_on_a_new_connection(calls: int, call) -> list[httpx.Response]:
-    with ThreadPoolExecutor(4) as pool:
-        return list(pool.map(lambda _: call(), range(calls)))
-
-
 def test_two_workers_answer_on_one_port_and_metrics_and_audit_add_up(server, tmp_path):
-    answers = _each_on_a_new_connection(40, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH))
+    answers = each_on_a_new_connection(40, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH))
     assert [r.status_code for r in answers] == [200] * 40
     time.sleep(0.5)  # the access log line follows the response
-    assert _pids_in_access_log(server) == {str(pid) for pid in _workers(server)}
+    assert pids_in_access_log(server) == {str(pid) for pid in worker_pids(server)}
     scraped = httpx.get(f"{server.url}/metrics", headers={"Authorization": "Bearer scraper"})
     counted = re.search(r'deltaport_requests_total\{method="GET",route="/shares",status="200"\} (\S+)', scraped.text)
     assert counted is not None and float(counted.group(1)) == 40  # both workers' requests
-    workers = _workers(server)
+    workers = worker_pids(server)
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(30) == 0
     assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
@@ -84,23 +69,23 @@ def test_a_page_token_and_a_file_url_of_one_worker_work_on_the_other(server):
     lines = [orjson.loads(line) for line in first.text.splitlines()]
     token = next(line["endStreamAction"]["nextPageToken"] for line in lines if "endStreamAction" in line)
     url = next(line["file"]["url"] for line in lines if "file" in line)
-    pages = _each_on_a_new_connection(
+    pages = each_on_a_new_connection(
         12, lambda: httpx.post(f"{server.url}{QUERY}", headers=AUTH, json={"maxFiles": 1, "pageToken": token})
     )
     assert [r.status_code for r in pages] == [200] * 12, [r.text for r in pages if r.status_code != 200][:1]
-    files = _each_on_a_new_connection(12, lambda: httpx.get(url))
+    files = each_on_a_new_connection(12, lambda: httpx.get(url))
     assert [r.status_code for r in files] == [200] * 12
     time.sleep(0.5)
-    assert len(_pids_in_access_log(server)) == 2  # both workers answered some
+    assert len(pids_in_access_log(server)) == 2  # both workers answered some
 
 
 def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(server):
-    killed, kept = _workers(server)
+    killed, kept = worker_pids(server)
     os.kill(killed, signal.SIGKILL)
     deadline = time.time() + 30
     while True:
         assert httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH).status_code == 200
-        now = _workers(server)
+        now = worker_pids(server)
         if len(now) == 2 and killed not in now:
             break
         assert time.time() < deadline, f"no worker replaced {killed}: {now}"
@@ -118,7 +103,7 @@ def test_sighup_reloads_the_config_in_every_worker(server, tmp_path):
     server.proc.send_signal(signal.SIGHUP)
     deadline = time.time() + 20
     while True:
-        answers = _each_on_a_new_connection(
+        answers = each_on_a_new_connection(
             12, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH).json()["items"]
         )
         if all(items == [{"name": "s"}, {"name": "s2"}] for items in answers):
@@ -126,8 +111,8 @@ def test_sighup_reloads_the_config_in_every_worker(server, tmp_path):
         assert time.time() < deadline, f"not every worker reloaded: {answers}"
         time.sleep(0.5)
     time.sleep(0.5)
-    assert len(_pids_in_access_log(server)) == 2
-    assert server.proc.poll() is None and len(_workers(server)) == 2  # SIGHUP stopped no worker
+    assert len(pids_in_access_log(server)) == 2
+    assert server.proc.poll() is None and len(worker_pids(server)) == 2  # SIGHUP stopped no worker
 
 
 def test_workers_that_cannot_start_stop_serve_with_their_error(tmp_path):
@@ -161,7 +146,7 @@ def test_the_admin_listener_is_served_by_the_workers_too(tmp_path):
     serving = ServeProcess(config, tmp_path, "--workers", "2")
     try:
         url = f"http://127.0.0.1:{admin_port}/api/2.1/unity-catalog/shares"
-        answers = _each_on_a_new_connection(8, lambda: httpx.get(url, headers={"Authorization": "Bearer adm"}))
+        answers = each_on_a_new_connection(8, lambda: httpx.get(url, headers={"Authorization": "Bearer adm"}))
         assert [r.status_code for r in answers] == [200] * 8
         assert httpx.get(f"{serving.url}/api/2.1/unity-catalog/shares").status_code == 404
     finally:
@@ -186,7 +171,7 @@ def test_a_catalog_written_through_one_worker_is_served_by_every_worker(tmp_path
         return result.stdout
 
     def shares_seen() -> list:
-        answers = _each_on_a_new_connection(
+        answers = each_on_a_new_connection(
             12, lambda: httpx.get(f"{serving.url}/delta-sharing/shares", headers={"Authorization": f"Bearer {bearer}"})
         )
         return [[s["name"] for s in r.json()["items"]] if r.status_code == 200 else r.status_code for r in answers]
@@ -215,6 +200,6 @@ def test_a_catalog_written_through_one_worker_is_served_by_every_worker(tmp_path
             assert time.time() < deadline, shares_seen()
             time.sleep(0.3)
         time.sleep(0.5)
-        assert len(_pids_in_access_log(serving)) == 2
+        assert len(pids_in_access_log(serving)) == 2
     finally:
         serving.stop()
