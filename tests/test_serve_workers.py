@@ -18,7 +18,13 @@ import pytest
 import yaml
 from servers import ServeProcess
 
-from workers_support import each_on_a_new_connection, pids_in_access_log, wait_for_workers, worker_pids
+from workers_support import (
+    each_on_a_new_connection,
+    on_every_worker,
+    pids_in_access_log,
+    wait_for_workers,
+    worker_pids,
+)
 
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
 AUTH = {"Authorization": "Bearer t"}
@@ -203,3 +209,57 @@ def test_a_catalog_written_through_one_worker_is_served_by_every_worker(tmp_path
         assert len(pids_in_access_log(serving)) == 2
     finally:
         serving.stop()
+
+
+def test_two_workers_serve_tls_with_one_self_signed_certificate(tmp_path, monkeypatch):
+    """ssl.selfSigned with --workers 2: one certificate for the port (a client that trusts it reaches
+    every worker), plain http is refused, and the official client reads a table over https."""
+    import ssl
+
+    import delta_sharing
+    from deltalake import DeltaTable
+
+    config = {
+        "version": 1,
+        "ssl": {"selfSigned": True},
+        "recipients": [{"name": "a", "tokens": ["t"], "shares": ["s"]}],
+        "shares": [
+            {
+                "name": "s",
+                "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(TABLES / "basic_partitioned")}]}],
+            }
+        ],
+    }
+    temporary = tmp_path / "tmp"  # where serve keeps the certificate while it serves
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    serving = ServeProcess(config, tmp_path, "--workers", "2", tls=True)
+    try:
+        wait_for_workers(serving)
+        assert len(list(temporary.glob("deltaport-tls-*/server.key"))) == 1  # one key, the supervisor's
+        certificate = ssl.get_server_certificate(("127.0.0.1", serving.port))
+        trusted = ssl.create_default_context(cadata=certificate)  # verifies the name (127.0.0.1) too
+        shares = f"{serving.url}/delta-sharing/shares"
+        answers = on_every_worker(serving, lambda: httpx.get(shares, headers=AUTH, verify=trusted))
+        assert {r.status_code for r in answers} == {200}
+        with pytest.raises(httpx.TransportError):  # plain http on the https port: no answer, and no harm
+            httpx.get(shares.replace("https:", "http:"), headers=AUTH)
+        bundle = tmp_path / "server.pem"
+        bundle.write_text(certificate)
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))  # the official client's protocol calls (requests)
+        monkeypatch.setenv("SSL_CERT_FILE", str(bundle))  # and its file reads (fsspec over aiohttp)
+        profile = tmp_path / "profile.share"
+        endpoint = f"{serving.url}/delta-sharing"
+        profile.write_text(
+            orjson.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": "t"}).decode()
+        )
+        read = delta_sharing.load_as_pandas(f"{profile}#s.d.t")
+        expected = DeltaTable(str(TABLES / "basic_partitioned")).to_pandas()
+        columns = sorted(expected.columns)
+        assert len(read) == len(expected) > 0
+        assert sorted(map(str, read[columns].values.tolist())) == sorted(map(str, expected[columns].values.tolist()))
+        assert serving.proc.poll() is None and len(worker_pids(serving)) == 2
+        assert "Traceback" not in serving.log.read_text()
+    finally:
+        serving.stop()
+    assert serving.proc.wait(30) == 0 and not list(temporary.glob("deltaport-tls-*"))  # and removed at the end

@@ -50,3 +50,17 @@ def answered_by_every_worker(server: ServeProcess, since: int = 0, seconds: floa
         time.sleep(0.1)
 
 
+def on_every_worker(server: ServeProcess, call, calls: int = 12, seconds: float = 20) -> list:
+    """``call()`` in batches of ``calls`` on new connections until every worker answered one (which
+    worker accepts a connection is the kernel's choice: a batch may reach only one); every answer."""
+    mark = log_mark(server)
+    deadline = time.time() + seconds
+    answers = each_on_a_new_connection(calls, call)
+    while True:
+        try:
+            answered_by_every_worker(server, mark, seconds=0.5)
+            return answers
+        except AssertionError:
+            if time.time() > deadline:
+                raise
+        answers += each_on_a_new_connection(calls, call)
