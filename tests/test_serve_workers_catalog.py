@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from deltaport.cli.admin import admin_app
 from postgres import postgres_server  # noqa: F401  (the session's cluster)
-from workers_support import answered_by_every_worker, each_on_a_new_connection, log_mark, wait_for_workers
+from workers_support import each_on_a_new_connection, on_every_worker, wait_for_workers
 
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
 ADMIN = "workers-pg-admin-5d1e"
@@ -67,14 +67,15 @@ class Deployment:
         auth = {"Authorization": f"Bearer {self.bearer}", **(headers or {})}
         return httpx.post(f"{self.server.url}{TABLE}{path}", json=body, headers=auth, timeout=30)
 
-    def shares_seen(self) -> list:
-        def shares():
-            answer = httpx.get(
-                f"{self.server.url}/delta-sharing/shares", headers={"Authorization": f"Bearer {self.bearer}"}
-            )
-            return [s["name"] for s in answer.json()["items"]] if answer.status_code == 200 else answer.status_code
+    def shares(self) -> list | int:
+        """The shares the recipient sees (or the status of the refusal), on a new connection."""
+        answer = httpx.get(
+            f"{self.server.url}/delta-sharing/shares", headers={"Authorization": f"Bearer {self.bearer}"}
+        )
+        return [s["name"] for s in answer.json()["items"]] if answer.status_code == 200 else answer.status_code
 
-        return each_on_a_new_connection(CALLS, shares)
+    def shares_seen(self) -> list:
+        return each_on_a_new_connection(CALLS, self.shares)
 
 
 @pytest.fixture(scope="module")
@@ -138,12 +139,12 @@ def _polled(deployment: Deployment, query_id: str, seconds: float = 20) -> httpx
 
 
 def test_grants_and_revocations_are_seen_by_every_worker(deployment):
-    mark = log_mark(deployment.server)
     deployment.admin("shares", "revoke", "partners", "acme")
     _until(deployment.shares_seen, [[]] * CALLS)
+    assert all(seen == [] for seen in on_every_worker(deployment.server, deployment.shares))
     deployment.admin("shares", "grant", "partners", "acme")
     _until(deployment.shares_seen, [["partners"]] * CALLS)
-    answered_by_every_worker(deployment.server, mark)
+    assert all(seen == ["partners"] for seen in on_every_worker(deployment.server, deployment.shares))
 
 
 def _paged(deployment: Deployment) -> list[tuple]:
@@ -158,26 +159,21 @@ def _paged(deployment: Deployment) -> list[tuple]:
 
 
 def test_page_tokens_of_one_worker_continue_on_the_other(deployment):
-    mark = log_mark(deployment.server)
     everything = _files(deployment.post("/query", {}))
     assert len(everything) >= 4  # several pages
-    readings = each_on_a_new_connection(4, lambda: _paged(deployment))  # four readers at once: pages cross workers
-    assert [sorted(paged) for paged in readings] == [everything] * 4
-    assert [len(paged) for paged in readings] == [len(everything)] * 4
-    answered_by_every_worker(deployment.server, mark)
+    readings = on_every_worker(deployment.server, lambda: _paged(deployment), calls=4)  # readers at once
+    assert all(sorted(paged) == everything and len(paged) == len(everything) for paged in readings)
 
 
 def test_an_async_query_of_one_worker_is_polled_on_every_worker(deployment):
-    mark = log_mark(deployment.server)
     query_id = _submitted(deployment)
     sync = _files(deployment.post("/query", {}))
-    polls = each_on_a_new_connection(CALLS, lambda: _polled(deployment, query_id))
-    assert [_files(answer) for answer in polls] == [sync] * CALLS and sync
+    polls = on_every_worker(deployment.server, lambda: _polled(deployment, query_id))
+    assert all(_files(answer) == sync for answer in polls) and sync
     forged = f"{query_id[:-2]}xx"
-    unknown = each_on_a_new_connection(CALLS, lambda: deployment.post(f"/queries/{forged}", {}))
-    assert [answer.status_code for answer in unknown] == [404] * CALLS
+    unknown = on_every_worker(deployment.server, lambda: deployment.post(f"/queries/{forged}", {}))
+    assert {answer.status_code for answer in unknown} == {404}
     assert {answer.json()["errorCode"] for answer in unknown} == {"RESOURCE_DOES_NOT_EXIST"}
-    answered_by_every_worker(deployment.server, mark)
 
 
 def test_async_queries_outlive_a_restart_of_the_whole_server(deployment):
@@ -189,6 +185,5 @@ def test_async_queries_outlive_a_restart_of_the_whole_server(deployment):
     unpolled = _submitted(deployment)
     deployment.restart()
     for query_id in (polled, unpolled):
-        polls = each_on_a_new_connection(CALLS, lambda query_id=query_id: _polled(deployment, query_id))
-        assert [_files(answer) for answer in polls] == [before] * CALLS and before
-    answered_by_every_worker(deployment.server)
+        polls = on_every_worker(deployment.server, lambda query_id=query_id: _polled(deployment, query_id))
+        assert all(_files(answer) == before for answer in polls) and before
