@@ -131,13 +131,13 @@ class RunningServer:
 class ServeProcess:
     """``deltaport serve`` as its own process on 127.0.0.1 (the server as operators run it): writes
     ``config`` with host and port filled in to ``workdir/serve.yaml``, starts it and returns once it
-    answers /health. Its output goes to ``workdir/serve.log``."""
+    answers /health (over https, unverified, with ``tls``). Its output goes to ``workdir/serve.log``."""
 
-    def __init__(self, config: dict, workdir: Path, *args: str) -> None:
+    def __init__(self, config: dict, workdir: Path, *args: str, tls: bool = False) -> None:
         import yaml
 
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http{'s' if tls else ''}://127.0.0.1:{self.port}"
         path = workdir / "serve.yaml"
         path.write_text(yaml.safe_dump({**config, "host": "127.0.0.1", "port": self.port}))
         self.log = workdir / "serve.log"
@@ -147,7 +147,11 @@ class ServeProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        _wait_for(lambda: httpx.get(f"{self.url}/health", timeout=1).status_code == 200, self.proc, "deltaport serve")
+        _wait_for(
+            lambda: httpx.get(f"{self.url}/health", timeout=1, verify=False).status_code == 200,
+            self.proc,
+            "deltaport serve",
+        )
 
     def stop(self) -> None:
         _stop(self.proc)

@@ -34,10 +34,13 @@ def test_serve_self_signed_https(tmp_path):
     }
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(cfg))
+    temporary = tmp_path / "tmp"  # where serve writes the certificate and key, until it serves
+    temporary.mkdir()
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "deltaport"), "serve", "--config", str(path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(temporary)},
     )
     try:
         deadline = time.time() + 30
@@ -57,6 +60,10 @@ def test_serve_self_signed_https(tmp_path):
         assert r.status_code == 200 and r.json()["items"] == [{"name": "s"}]
         cert = ssl.get_server_certificate(("127.0.0.1", port))
         assert "BEGIN CERTIFICATE" in cert
+        gone_by = time.time() + 10
+        while list(temporary.glob("deltaport-tls-*")):  # read as the server started: the key file goes
+            assert time.time() < gone_by, "the self-signed key stayed on disk"
+            time.sleep(0.1)
     finally:
         proc.terminate()
         proc.wait(10)

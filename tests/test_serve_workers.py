@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,14 @@ import psutil
 import pytest
 import yaml
 from servers import ServeProcess
+
+from workers_support import (
+    each_on_a_new_connection,
+    on_every_worker,
+    pids_in_access_log,
+    wait_for_workers,
+    worker_pids,
+)
 
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "delta-tables"
 AUTH = {"Authorization": "Bearer t"}
@@ -41,36 +48,20 @@ def server(tmp_path):
         ],
     }
     serving = ServeProcess(config, tmp_path, "--workers", "2")
-    deadline = time.time() + 30
-    while serving.log.read_text().count("Application startup complete") < 2:
-        assert time.time() < deadline, "two workers did not start"
-        time.sleep(0.2)
+    wait_for_workers(serving)
     yield serving
     serving.stop()
 
 
-def _workers(server: ServeProcess) -> list[int]:
-    return [child.pid for child in psutil.Process(server.proc.pid).children()]
-
-
-def _pids_in_access_log(server: ServeProcess) -> set[str]:
-    return set(re.findall(r"INFO \[(\d+)\] deltaport\.access", server.log.read_text()))
-
-
-def _each_on_a_new_connection(calls: int, call) -> list[httpx.Response]:
-    with ThreadPoolExecutor(4) as pool:
-        return list(pool.map(lambda _: call(), range(calls)))
-
-
 def test_two_workers_answer_on_one_port_and_metrics_and_audit_add_up(server, tmp_path):
-    answers = _each_on_a_new_connection(40, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH))
+    answers = each_on_a_new_connection(40, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH))
     assert [r.status_code for r in answers] == [200] * 40
     time.sleep(0.5)  # the access log line follows the response
-    assert _pids_in_access_log(server) == {str(pid) for pid in _workers(server)}
+    assert pids_in_access_log(server) == {str(pid) for pid in worker_pids(server)}
     scraped = httpx.get(f"{server.url}/metrics", headers={"Authorization": "Bearer scraper"})
     counted = re.search(r'deltaport_requests_total\{method="GET",route="/shares",status="200"\} (\S+)', scraped.text)
     assert counted is not None and float(counted.group(1)) == 40  # both workers' requests
-    workers = _workers(server)
+    workers = worker_pids(server)
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(30) == 0
     assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
@@ -84,23 +75,21 @@ def test_a_page_token_and_a_file_url_of_one_worker_work_on_the_other(server):
     lines = [orjson.loads(line) for line in first.text.splitlines()]
     token = next(line["endStreamAction"]["nextPageToken"] for line in lines if "endStreamAction" in line)
     url = next(line["file"]["url"] for line in lines if "file" in line)
-    pages = _each_on_a_new_connection(
-        12, lambda: httpx.post(f"{server.url}{QUERY}", headers=AUTH, json={"maxFiles": 1, "pageToken": token})
+    pages = on_every_worker(
+        server, lambda: httpx.post(f"{server.url}{QUERY}", headers=AUTH, json={"maxFiles": 1, "pageToken": token})
     )
-    assert [r.status_code for r in pages] == [200] * 12, [r.text for r in pages if r.status_code != 200][:1]
-    files = _each_on_a_new_connection(12, lambda: httpx.get(url))
-    assert [r.status_code for r in files] == [200] * 12
-    time.sleep(0.5)
-    assert len(_pids_in_access_log(server)) == 2  # both workers answered some
+    assert {r.status_code for r in pages} == {200}, [r.text for r in pages if r.status_code != 200][:1]
+    files = on_every_worker(server, lambda: httpx.get(url))
+    assert {r.status_code for r in files} == {200}
 
 
 def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(server):
-    killed, kept = _workers(server)
+    killed, kept = worker_pids(server)
     os.kill(killed, signal.SIGKILL)
     deadline = time.time() + 30
     while True:
         assert httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH).status_code == 200
-        now = _workers(server)
+        now = worker_pids(server)
         if len(now) == 2 and killed not in now:
             break
         assert time.time() < deadline, f"no worker replaced {killed}: {now}"
@@ -118,16 +107,16 @@ def test_sighup_reloads_the_config_in_every_worker(server, tmp_path):
     server.proc.send_signal(signal.SIGHUP)
     deadline = time.time() + 20
     while True:
-        answers = _each_on_a_new_connection(
+        answers = each_on_a_new_connection(
             12, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH).json()["items"]
         )
         if all(items == [{"name": "s"}, {"name": "s2"}] for items in answers):
             break
         assert time.time() < deadline, f"not every worker reloaded: {answers}"
         time.sleep(0.5)
-    time.sleep(0.5)
-    assert len(_pids_in_access_log(server)) == 2
-    assert server.proc.poll() is None and len(_workers(server)) == 2  # SIGHUP stopped no worker
+    answers = on_every_worker(server, lambda: httpx.get(f"{server.url}/delta-sharing/shares", headers=AUTH).json())
+    assert all(answer["items"] == [{"name": "s"}, {"name": "s2"}] for answer in answers)
+    assert server.proc.poll() is None and len(worker_pids(server)) == 2  # SIGHUP stopped no worker
 
 
 def test_workers_that_cannot_start_stop_serve_with_their_error(tmp_path):
@@ -161,7 +150,7 @@ def test_the_admin_listener_is_served_by_the_workers_too(tmp_path):
     serving = ServeProcess(config, tmp_path, "--workers", "2")
     try:
         url = f"http://127.0.0.1:{admin_port}/api/2.1/unity-catalog/shares"
-        answers = _each_on_a_new_connection(8, lambda: httpx.get(url, headers={"Authorization": "Bearer adm"}))
+        answers = each_on_a_new_connection(8, lambda: httpx.get(url, headers={"Authorization": "Bearer adm"}))
         assert [r.status_code for r in answers] == [200] * 8
         assert httpx.get(f"{serving.url}/api/2.1/unity-catalog/shares").status_code == 404
     finally:
@@ -185,11 +174,12 @@ def test_a_catalog_written_through_one_worker_is_served_by_every_worker(tmp_path
         assert result.exit_code == 0, (args, result.output)
         return result.stdout
 
+    def shares() -> list | int:
+        answer = httpx.get(f"{serving.url}/delta-sharing/shares", headers={"Authorization": f"Bearer {bearer}"})
+        return [s["name"] for s in answer.json()["items"]] if answer.status_code == 200 else answer.status_code
+
     def shares_seen() -> list:
-        answers = _each_on_a_new_connection(
-            12, lambda: httpx.get(f"{serving.url}/delta-sharing/shares", headers={"Authorization": f"Bearer {bearer}"})
-        )
-        return [[s["name"] for s in r.json()["items"]] if r.status_code == 200 else r.status_code for r in answers]
+        return each_on_a_new_connection(12, shares)
 
     try:
         run("catalogs", "create", "main", "--storage-root", str(TABLES))
@@ -214,7 +204,60 @@ def test_a_catalog_written_through_one_worker_is_served_by_every_worker(tmp_path
         while shares_seen() != [[]] * 12:
             assert time.time() < deadline, shares_seen()
             time.sleep(0.3)
-        time.sleep(0.5)
-        assert len(_pids_in_access_log(serving)) == 2
+        assert all(seen == [] for seen in on_every_worker(serving, shares))
     finally:
         serving.stop()
+
+
+def test_two_workers_serve_tls_with_one_self_signed_certificate(tmp_path, monkeypatch):
+    """ssl.selfSigned with --workers 2: one certificate for the port (a client that trusts it reaches
+    every worker), plain http is refused, and the official client reads a table over https."""
+    import ssl
+
+    import delta_sharing
+    from deltalake import DeltaTable
+
+    config = {
+        "version": 1,
+        "ssl": {"selfSigned": True},
+        "recipients": [{"name": "a", "tokens": ["t"], "shares": ["s"]}],
+        "shares": [
+            {
+                "name": "s",
+                "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(TABLES / "basic_partitioned")}]}],
+            }
+        ],
+    }
+    temporary = tmp_path / "tmp"  # where serve keeps the certificate while it serves
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    serving = ServeProcess(config, tmp_path, "--workers", "2", tls=True)
+    try:
+        wait_for_workers(serving)
+        assert len(list(temporary.glob("deltaport-tls-*/server.key"))) == 1  # one key, the supervisor's
+        certificate = ssl.get_server_certificate(("127.0.0.1", serving.port))
+        trusted = ssl.create_default_context(cadata=certificate)  # verifies the name (127.0.0.1) too
+        shares = f"{serving.url}/delta-sharing/shares"
+        answers = on_every_worker(serving, lambda: httpx.get(shares, headers=AUTH, verify=trusted))
+        assert {r.status_code for r in answers} == {200}
+        with pytest.raises(httpx.TransportError):  # plain http on the https port: no answer, and no harm
+            httpx.get(shares.replace("https:", "http:"), headers=AUTH)
+        bundle = tmp_path / "server.pem"
+        bundle.write_text(certificate)
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))  # the official client's protocol calls (requests)
+        monkeypatch.setenv("SSL_CERT_FILE", str(bundle))  # and its file reads (fsspec over aiohttp)
+        profile = tmp_path / "profile.share"
+        endpoint = f"{serving.url}/delta-sharing"
+        profile.write_text(
+            orjson.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": "t"}).decode()
+        )
+        read = delta_sharing.load_as_pandas(f"{profile}#s.d.t")
+        expected = DeltaTable(str(TABLES / "basic_partitioned")).to_pandas()
+        columns = sorted(expected.columns)
+        assert len(read) == len(expected) > 0
+        assert sorted(map(str, read[columns].values.tolist())) == sorted(map(str, expected[columns].values.tolist()))
+        assert serving.proc.poll() is None and len(worker_pids(serving)) == 2
+        assert "Traceback" not in serving.log.read_text()
+    finally:
+        serving.stop()
+    assert serving.proc.wait(30) == 0 and not list(temporary.glob("deltaport-tls-*"))  # and removed at the end

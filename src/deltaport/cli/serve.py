@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import typer
@@ -67,12 +69,18 @@ def serve(
         keying_processes = 1 if (os.cpu_count() or 1) >= 2 * workers else 0
     listen_port = port if port is not None else cfg.port
     if workers > 1:
-        from deltaport.cli.workers import supervise
-
-        bound = _bind(cfg, host, listen_port, admin=_serves_admin(cfg))
-        raise typer.Exit(supervise(config, cfg, host, listen_port, workers, keying_processes, metrics_token, bound))
+        raise typer.Exit(_supervise(config, cfg, host, listen_port, workers, keying_processes, metrics_token))
     use_server_pool()
     _run(_app(cfg, keying_processes, metrics_token, (host, listen_port)), host, listen_port, cfg)
+
+
+def _supervise(config: str, cfg, host: str, port: int, workers: int, keying: int, metrics_token: str | None) -> int:
+    """Bind the listeners and run ``workers`` server processes on them (cli/workers.py); the exit code."""
+    from deltaport.cli.workers import supervise
+
+    bound = _bind(cfg, host, port, admin=_serves_admin(cfg))
+    with _self_signed(cfg, host) as certificate:  # one for the port: every worker presents it
+        return supervise(config, cfg, host, port, workers, keying, metrics_token, bound, certificate)
 
 
 def serve_worker(spec: dict[str, Any]) -> None:
@@ -94,7 +102,10 @@ def serve_worker(spec: dict[str, Any]) -> None:
         os.write(ready, b"r")
         os.close(ready)
 
-    _run(application, host, port, cfg, bound=bound, announce=spec["announce"], on_started=served)
+    certificate = spec["certificate"]
+    _run(
+        application, host, port, cfg, bound=bound, announce=spec["announce"], on_started=served, certificate=certificate
+    )
 
 
 def _app(cfg, keying_processes: int, metrics_token: str | None, listener: tuple[str, int]):
@@ -155,23 +166,66 @@ def _warm_up() -> None:
     pa.array([1]).to_pylist()
 
 
-def _run(application, host: str, port: int, cfg, *, bound=None, announce=True, on_started=None) -> None:
-    """Serve ``application`` (and its admin app, if any) on ``bound`` sockets, or on new ones."""
-    ssl: dict[str, Any] = {}
-    if cfg.ssl is not None and cfg.ssl.self_signed:
-        import tempfile
+def _run(
+    application, host: str, port: int, cfg, *, bound=None, announce=True, on_started=None, certificate=None
+) -> None:
+    """Serve ``application`` (and its admin app, if any) on ``bound`` sockets, or on new ones;
+    ``certificate`` is the (certificate, key) files of ``ssl: {selfSigned: true}`` when given."""
+    with contextlib.ExitStack() as stack:
+        if certificate is None and (certificate := stack.enter_context(_self_signed(cfg, host))) is not None:
+            # read by uvicorn as it starts: removed then (a stop by signal ends the process before the with)
+            on_started = _and_then(on_started, stack.close)
+        _run_listeners(application, host, port, cfg, _tls_settings(cfg, certificate), bound, announce, on_started)
+
+
+def _and_then(first, then):
+    """A call of ``first`` (if any), then of ``then``."""
+
+    def both() -> None:
+        if first is not None:
+            first()
+        then()
+
+    return both
+
+
+@contextlib.contextmanager
+def _self_signed(cfg, host: str) -> Iterator[tuple[str, str] | None]:
+    """With ``ssl: {selfSigned: true}``, a new certificate and key for ``host`` (their files, in a
+    private folder removed at the end of the block); else None."""
+    if cfg.ssl is None or not cfg.ssl.self_signed:
+        yield None
+        return
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from deltaport.server.sources.tls import self_signed_certificate
+
+    folder = Path(tempfile.mkdtemp(prefix="deltaport-tls-"))
+    try:
+        cert, key = self_signed_certificate(folder, host)
+        yield str(cert), str(key)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _tls_settings(cfg, certificate: tuple[str, str] | None) -> dict[str, Any]:
+    """uvicorn's TLS settings: the self-signed ``certificate``, or the config's files, or none."""
+    if certificate is not None:
+        return {"ssl_certfile": certificate[0], "ssl_keyfile": certificate[1]}
+    if cfg.ssl is None:
+        return {}
+    ssl = {"ssl_certfile": cfg.ssl.certificate_file, "ssl_keyfile": cfg.ssl.certificate_key_file}
+    if cfg.ssl.certificate_password_file:
         from pathlib import Path
 
-        from deltaport.server.sources.tls import self_signed_certificate
+        ssl["ssl_keyfile_password"] = Path(cfg.ssl.certificate_password_file).read_text().strip()
+    return ssl
 
-        cert, key = self_signed_certificate(Path(tempfile.mkdtemp(prefix="deltaport-tls-")), host)
-        ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
-    elif cfg.ssl is not None:
-        ssl = {"ssl_certfile": cfg.ssl.certificate_file, "ssl_keyfile": cfg.ssl.certificate_key_file}
-        if cfg.ssl.certificate_password_file:
-            from pathlib import Path
 
-            ssl["ssl_keyfile_password"] = Path(cfg.ssl.certificate_password_file).read_text().strip()
+def _run_listeners(application, host: str, port: int, cfg, ssl: dict[str, Any], bound, announce, on_started) -> None:
+    """``_run`` once the TLS settings (``ssl``, uvicorn's) are known."""
     _warm_up()
     if announce:
         _announce(application, host, port, cfg, bool(ssl))

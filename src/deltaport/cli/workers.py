@@ -11,7 +11,8 @@ the port.
 What the workers share: ``tokenSecret`` (the config's, or one the supervisor draws for the run),
 so a page token, refresh token, file URL or S3-face credential one worker issues works on all;
 the catalog database and config file (each worker polls them; SIGHUP to the supervisor is passed
-to every worker); the audit log file (appended under a lock, audit.py); Prometheus metrics
+to every worker); with ``ssl: {selfSigned: true}``, the certificate and key the supervisor made
+(one certificate on the port); the audit log file (appended under a lock, audit.py); Prometheus metrics
 (``PROMETHEUS_MULTIPROC_DIR``: a folder of the supervisor's, emptied at start, so /metrics adds
 up all workers). The secret reaches a worker through a pipe, never its command line or a log.
 
@@ -161,9 +162,18 @@ class Supervisor:
 
 
 def supervise(
-    config: str, cfg: Any, host: str, port: int, count: int, keying: int, metrics_token: str | None, bound: list
+    config: str,
+    cfg: Any,
+    host: str,
+    port: int,
+    count: int,
+    keying: int,
+    metrics_token: str | None,
+    bound: list,
+    certificate: tuple[str, str] | None = None,
 ) -> int:
-    """Run ``count`` workers serving ``config`` on the ``bound`` listeners; the exit code."""
+    """Run ``count`` workers serving ``config`` on the ``bound`` listeners; the exit code.
+    ``certificate``: the files of the self-signed certificate and key every worker presents."""
     env = dict(os.environ)
     env.pop("DELTAPORT_METRICS_TOKEN", None)  # given through the pipe
     metrics_dir, made = _metrics_dir()
@@ -172,7 +182,7 @@ def supervise(
         sock.listen(BACKLOG)
     secret = None if cfg.token_secret is not None else secrets.token_hex(32)
     spec = {"config": config, "host": host, "port": port, "keying": keying, "secret": secret}
-    spec["metrics_token"] = metrics_token
+    spec["metrics_token"], spec["certificate"] = metrics_token, certificate
     origin = "the config's" if secret is None else "drawn for this run"
     print(f"{count} worker processes on {host}:{port}; tokenSecret shared by them: {origin}", flush=True)
     try:
