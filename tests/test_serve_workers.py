@@ -3,6 +3,7 @@ metrics and the audit log; a worker that dies is replaced; SIGTERM stops them al
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -214,7 +215,7 @@ def test_two_workers_serve_tls_with_one_self_signed_certificate(tmp_path, monkey
     every worker), plain http is refused, and the official client reads a table over https."""
     import ssl
 
-    import delta_sharing
+    import pandas as pd
     from deltalake import DeltaTable
 
     config = {
@@ -244,18 +245,25 @@ def test_two_workers_serve_tls_with_one_self_signed_certificate(tmp_path, monkey
             httpx.get(shares.replace("https:", "http:"), headers=AUTH)
         bundle = tmp_path / "server.pem"
         bundle.write_text(certificate)
-        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))  # the official client's protocol calls (requests)
-        monkeypatch.setenv("SSL_CERT_FILE", str(bundle))  # and its file reads (fsspec over aiohttp)
         profile = tmp_path / "profile.share"
         endpoint = f"{serving.url}/delta-sharing"
         profile.write_text(
             orjson.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": "t"}).decode()
         )
-        read = delta_sharing.load_as_pandas(f"{profile}#s.d.t")
+        # in a process of its own: aiohttp (the client's file reads) makes its SSL context once, when
+        # first imported, so the bundle must be in the environment before that
+        env = {**os.environ, "REQUESTS_CA_BUNDLE": str(bundle), "SSL_CERT_FILE": str(bundle)}
+        script = "import delta_sharing, sys; print(delta_sharing.load_as_pandas(sys.argv[1]).to_json(orient='records'))"
+        done = subprocess.run(
+            [sys.executable, "-c", script, f"{profile}#s.d.t"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        read = pd.read_json(io.StringIO(done.stdout), orient="records")
         expected = DeltaTable(str(TABLES / "basic_partitioned")).to_pandas()
         columns = sorted(expected.columns)
         assert len(read) == len(expected) > 0
-        assert sorted(map(str, read[columns].values.tolist())) == sorted(map(str, expected[columns].values.tolist()))
+        got = sorted(map(str, read[columns].astype(str).values.tolist()))
+        assert got == sorted(map(str, expected[columns].astype(str).values.tolist()))
         assert serving.proc.poll() is None and len(worker_pids(serving)) == 2
         assert "Traceback" not in serving.log.read_text()
     finally:
