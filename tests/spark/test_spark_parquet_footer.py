@@ -67,3 +67,17 @@ def test_fields_are_kept_in_id_order_and_long_ids_and_lists_encode():
 def test_truncated_or_garbage_bytes_raise_footer_error(data):
     with pytest.raises(FooterError):
         decode(data)
+
+
+def test_pyarrow_and_the_codec_place_every_corpus_chunk_alike():
+    """The plan reads chunk offsets from pyarrow's footer (footer_chunks); the rewrite from the
+    codec's (chunks): on every corpus file, every chunk of every row group is the same in both."""
+    from deltaport.spark.chunks import chunks, footer_chunks, parse_footer
+
+    files = corpus_files()
+    for path in files:
+        raw = footer_of(path.read_bytes())
+        footer = parse_footer(raw)
+        groups = range(footer.arrow.num_row_groups)
+        leaves = range(footer.arrow.num_columns)
+        assert footer_chunks(footer, groups, leaves) == chunks(decode(raw), groups, leaves), path

@@ -26,7 +26,7 @@ from typing import Any
 from deltaport.spark import parquet_footer as pf
 from deltaport.spark.parquet_footer import FooterError, Struct, decode, encode, key_values, put_key_value
 
-__all__ = ["Chunk", "Footer", "Need", "Record", "coalesce", "compact_footer", "parse_footer", "wanted"]
+__all__ = ["Chunk", "Footer", "Need", "Record", "coalesce", "compact_footer", "footer_chunks", "parse_footer", "wanted"]
 
 MAGIC = b"PAR1"
 RECORD_KEY = "deltaport.chunks"
@@ -59,8 +59,7 @@ class Chunk:
 @dataclass(frozen=True)
 class Footer:
     raw: bytes  # the FileMetaData bytes, as in the file
-    tree: Struct
-    arrow: Any  # pyarrow's FileMetaData of the same bytes (statistics, schema)
+    arrow: Any  # pyarrow's FileMetaData of the same bytes (statistics, schema, chunk offsets)
 
 
 def tail(raw: bytes) -> bytes:
@@ -69,19 +68,31 @@ def tail(raw: bytes) -> bytes:
 
 
 def parse_footer(raw: bytes) -> Footer:
-    """A footer read by the codec and by pyarrow; :class:`FooterError` when it does not parse."""
+    """A footer read by pyarrow (in C++: the plan needs no more); :class:`FooterError` when it does
+    not parse. The codec decodes it only to rewrite it (:func:`compact_footer`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tree = decode(raw)
     try:
         arrow = pq.read_metadata(pa.BufferReader(MAGIC + tail(raw)))
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise FooterError(f"not a parquet footer: {exc}") from None
-    groups = tree.get(pf.FMD_ROW_GROUPS)
-    if groups is None or len(groups.items) != arrow.num_row_groups:
-        raise FooterError("not a parquet footer: its row groups do not add up")
-    return Footer(raw, tree, arrow)
+    return Footer(raw, arrow)
+
+
+def footer_chunks(footer: Footer, groups: Iterable[int], leaves: Iterable[int]) -> list[Chunk]:
+    """The chunks of ``leaves`` in ``groups`` of the file ``footer`` describes, in (group, start)
+    order, from pyarrow's reading of it (the same offsets :func:`chunks` reads from the codec's)."""
+    out = []
+    for group in sorted(set(groups)):
+        row_group = footer.arrow.row_group(group)
+        for leaf in sorted(set(leaves)):
+            column = row_group.column(leaf)
+            data = column.data_page_offset
+            dictionary = column.dictionary_page_offset if column.has_dictionary_page else None
+            start = min(data, dictionary) if dictionary is not None and dictionary > 0 else data
+            out.append(Chunk(group, leaf, start, column.total_compressed_size))
+    return sorted(out, key=lambda c: (c.group, c.start))
 
 
 def _chunk(column: Struct, group: int, leaf: int) -> Chunk:
@@ -220,7 +231,10 @@ def compact_footer(footer: Footer, record: Record, placed: dict[tuple[int, int],
     """The FileMetaData of a compact entry: ``placed`` maps (original row group, leaf) of every
     chunk it holds to the chunk's offset in the entry (see the module docstring)."""
     tree = decode(footer.raw)
-    originals = tree.get(pf.FMD_ROW_GROUPS).items
+    row_groups = tree.get(pf.FMD_ROW_GROUPS)
+    if row_groups is None or len(row_groups.items) != footer.arrow.num_row_groups:
+        raise FooterError("not a parquet footer: its row groups do not add up")
+    originals = row_groups.items
     lengths = {(g, leaf): _chunk(_columns(tree, g)[leaf], g, leaf).length for g, leaf in placed}
     groups = [_row_group(originals[g], g, placed, lengths) for g in record.groups]
     tree.put(pf.FMD_ROW_GROUPS, pf.LIST, pf.TList(pf.STRUCT, groups))

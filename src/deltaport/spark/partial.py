@@ -24,7 +24,18 @@ from typing import Any
 from deltaport.client.download import ConnectionPool, copy_range, copy_url
 from deltaport.client.errors import FileDownloadError
 from deltaport.client.model import FileAction
-from deltaport.spark.chunks import MAGIC, Chunk, Footer, Need, Record, chunks, coalesce, compact_footer, parse_footer
+from deltaport.spark.chunks import (
+    MAGIC,
+    Chunk,
+    Footer,
+    Need,
+    Record,
+    chunks,
+    coalesce,
+    compact_footer,
+    footer_chunks,
+    parse_footer,
+)
 from deltaport.spark.chunks import tail as footer_tail
 from deltaport.spark.chunks import wanted as wanted_parts
 from deltaport.spark.parquet_footer import FooterError, Struct, decode
@@ -312,7 +323,7 @@ def stage_needed(area: CacheArea, relpath: str, action: FileAction, need: Need, 
         if old.record.covers(groups, leaves):
             return fetched
         groups, leaves = tuple(sorted({*groups, *old.record.groups})), tuple(sorted({*leaves, *old.record.leaves}))
-    plan = chunks(footer.tree, groups, leaves)
+    plan = footer_chunks(footer, groups, leaves)
     if _to_fetch(plan, old) + len(footer.raw) >= WHOLE_SHARE * action.size:
         return fetched + file.whole()
     try:
