@@ -221,14 +221,24 @@ def _read_parquet_actions(
         add_col = select_rows(add_col, np.asarray(pc.is_valid(add_col)))
     if len(add_col) == 0:
         return []
-    if add_col.type.get_field_index("path") < 0:
+    # one chunk per row group: no copy of the whole column
+    return [checkpoint_adds(chunk, pv_columns, path, table) for chunk in add_col.chunks]
+
+
+def checkpoint_adds(adds: pa.StructArray, pv_columns: list[str], path: str, table: str | None) -> pa.Table:
+    """The canonical add table of some of checkpoint ``path``'s ``add`` structs (non-null ones);
+    CorruptLog when one has no path."""
+    if adds.type.get_field_index("path") < 0 or adds.field("path").null_count:
         raise CorruptLog(f"checkpoint {path} has add actions without a path", table=table)
-    out_tables = []
-    for chunk in add_col.chunks:  # one per row group: no copy of the whole column
-        if chunk.field("path").null_count:
-            raise CorruptLog(f"checkpoint {path} has add actions without a path", table=table)
-        out_tables.append(adds_from_struct(chunk, pv_columns))
-    return out_tables
+    return adds_from_struct(adds, pv_columns)
+
+
+def sidecar_relpath(path: str, table: str | None = None) -> str:
+    """Where a sidecar a checkpoint names by ``path`` is, relative to the table root (a bare file
+    name is in ``_delta_log/_sidecars``); CorruptLog for an absolute URL."""
+    if "://" in path:
+        raise CorruptLog(f"sidecar {path} is an absolute URL, which is not supported", table=table)
+    return path if "/" in path else f"{SIDECAR_DIR}/{path}"
 
 
 def read_checkpoint(
@@ -261,9 +271,7 @@ def read_checkpoint(
             tables.extend(_read_parquet_actions(store, part.path, pv_columns or [], out, sidecars, table))
     for sc in sidecars:
         sc_path = sc.get("path") or ""
-        rel = sc_path if "/" in sc_path else f"{SIDECAR_DIR}/{sc_path}"
-        if "://" in sc_path:
-            raise CorruptLog(f"sidecar {sc_path} is an absolute URL, which is not supported", table=table)
+        rel = sidecar_relpath(sc_path, table)
         try:
             tables.extend(_read_parquet_actions(store, rel, pv_columns or [], out, [], table))
         except ObjectNotFound as exc:
@@ -325,4 +333,11 @@ def checkpoint_metadata_only(store: ObjectStore, parts: list[LogFile], *, table:
     return out
 
 
-__all__ = ["CheckpointData", "adds_from_struct", "checkpoint_metadata_only", "read_checkpoint"]
+__all__ = [
+    "CheckpointData",
+    "adds_from_struct",
+    "checkpoint_adds",
+    "checkpoint_metadata_only",
+    "read_checkpoint",
+    "sidecar_relpath",
+]

@@ -15,6 +15,7 @@ any file and a later request resume right after it, reading only from there on.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,8 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltaport.delta.arrow_util import np_bool_array, select_rows
-from deltaport.delta.checkpoint import adds_from_struct
-from deltaport.delta.log_path import SIDECAR_DIR
+from deltaport.delta.checkpoint import checkpoint_adds, sidecar_relpath
 from deltaport.delta.replay import KEY, with_keys
 from deltaport.delta.snapshot import Snapshot
 from deltaport.delta.table_config import TableConfig
@@ -62,11 +62,8 @@ class Piece:
         """The files of this piece after its ``i``-th, as a piece (None when there are none)."""
         if i + 1 >= len(self.rows):
             return None
-        snap = self.snapshot
-        live = snap.live.slice(i + 1)
-        return Piece(
-            Snapshot(snap.table_uri, snap.version, snap.config, live, snap.timestamp), self.source, self.rows[i + 1 :]
-        )
+        rest = dataclasses.replace(self.snapshot, live=self.snapshot.live.slice(i + 1))  # nothing derived carried
+        return Piece(rest, self.source, self.rows[i + 1 :])
 
 
 @dataclass(frozen=True)
@@ -127,9 +124,8 @@ class StreamedSnapshot:
         if not len(rows):
             return None
         adds = adds.filter(np_bool_array(present)) if not present.all() else adds
-        if adds.field("path").null_count:
-            raise CorruptLog(f"checkpoint {path} has add actions without a path", table=self.table_uri)
-        live = with_keys(adds_from_struct(adds, self.config.physical_partition_columns), self.table_uri)
+        pv = self.config.physical_partition_columns
+        live = with_keys(checkpoint_adds(adds, pv, path, self.table_uri), self.table_uri)
         if len(self.touched):
             kept = ~np.asarray(pc.is_in(live.column(KEY), value_set=self.touched), dtype=bool)
             if not kept.all():
@@ -163,10 +159,7 @@ def checkpoint_sources(store: ObjectStore, parts: tuple[str, ...]) -> tuple[tupl
 
 def _sidecars(parquet: pq.ParquetFile) -> list[str]:
     column = parquet.read(columns=["sidecar"]).column(0)
-    paths = [row["path"] for row in column.filter(pc.is_valid(column)).to_pylist()]
-    if any("://" in p for p in paths):
-        raise CorruptLog("a checkpoint names a sidecar by an absolute URL, which is not supported")
-    return [p if "/" in p else f"{SIDECAR_DIR}/{p}" for p in paths]
+    return [sidecar_relpath(row["path"] or "") for row in column.filter(pc.is_valid(column)).to_pylist()]
 
 
 __all__ = ["PIECE_ROWS", "Piece", "Place", "StreamedSnapshot", "checkpoint_sources"]

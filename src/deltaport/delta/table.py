@@ -311,14 +311,8 @@ class DeltaTable:
             return None
         if rows < above:
             return None
-        datas = {lf.version: self.read_commit(lf) for lf in segment.commits}
-        protocol, metadata = self._newest_protocol_metadata(segment, datas)
-        config = TableConfig.build(protocol, metadata, table=self.uri)
-        self._configs.put(segment.version, config)
-        pv = config.physical_partition_columns
-        commits = [parse_actions(datas[lf.version], pv, where=lf.path, table=self.uri) for lf in segment.commits]
-        pairs = [(a.adds, a.removes) for a in commits]
-        later = replay(empty_live(pv), pairs, self.uri)
+        config, pairs = self._segment_commits(segment)
+        later = replay(empty_live(config.physical_partition_columns), pairs, self.uri)
         version = segment.version
         touched = touched_keys(pairs, self.uri)
         timestamp = self._timestamp_of(version)
@@ -363,20 +357,27 @@ class DeltaTable:
                     excluded.discard(segment.checkpoint_version)
                     return self._load_segment(segment)  # re-raise the checkpoint's own error
 
-    def _load_segment(self, segment: LogSegment) -> Snapshot:
+    def _segment_commits(self, segment: LogSegment) -> tuple[TableConfig, list[tuple[pa.Table, pa.Table]]]:
+        """The config at ``segment``'s version (remembered) and the (adds, removes) of each of its
+        commits after the checkpoint, in order."""
         datas = {lf.version: self.read_commit(lf) for lf in segment.commits}
         protocol, metadata = self._newest_protocol_metadata(segment, datas)
         config = TableConfig.build(protocol, metadata, table=self.uri)
         self._configs.put(segment.version, config)
         pv = config.physical_partition_columns
+        pairs = []
+        for lf in segment.commits:
+            actions = parse_actions(datas.pop(lf.version), pv, where=lf.path, table=self.uri)
+            pairs.append((actions.adds, actions.removes))
+        return config, pairs
+
+    def _load_segment(self, segment: LogSegment) -> Snapshot:
+        config, pairs = self._segment_commits(segment)
+        pv = config.physical_partition_columns
         base = None
         if segment.checkpoint_parts:
-            cp = read_checkpoint(self.store, list(segment.checkpoint_parts), pv, table=self.uri)
-            base = cp.adds
-        parsed = [
-            (lf, parse_actions(datas.pop(lf.version), pv, where=lf.path, table=self.uri)) for lf in segment.commits
-        ]
-        live = replay(base, [(a.adds, a.removes) for _, a in parsed], self.uri)
+            base = read_checkpoint(self.store, list(segment.checkpoint_parts), pv, table=self.uri).adds
+        live = replay(base, pairs, self.uri)
         if live is None:
             live = empty_live(pv)
         return Snapshot(self.uri, segment.version, config, live, self._timestamp_of(segment.version))
