@@ -49,6 +49,11 @@ def binding(who: Principal, shared: SharedTable) -> TokenBinding:
     return TokenBinding(who.name, shared.full_name.lower(), shared.config.id)
 
 
+def page_out_of_range() -> InvalidParameter:
+    """A page token that names no page of its query (the reference server's text)."""
+    return InvalidParameter("The page token is out of range for this query. Please restart the query.")
+
+
 def timestamp_ms(value: str, name: str) -> int:
     try:
         if ":" not in value:  # a date alone names no instant

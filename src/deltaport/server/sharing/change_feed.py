@@ -21,7 +21,7 @@ from deltaport.protocol import lines
 from deltaport.protocol.capabilities import DELTA
 from deltaport.protocol.requests import ChangesRequest, QueryRequest
 from deltaport.server.ops.request_info import FilesServed, current_request
-from deltaport.server.sharing.answers import Answer, Reply, binding, stream_body, timestamp_ms
+from deltaport.server.sharing.answers import Answer, Reply, binding, page_out_of_range, stream_body, timestamp_ms
 from deltaport.server.sharing.registry import Principal, SharedTable
 from deltaport.server.sharing.slices import Slice
 from deltaport.server.sharing.tokens import params_checksum
@@ -60,7 +60,7 @@ class ChangeFeed:
             self.service.delta(shared), start, pinned[0] if pinned else end, change_data=cdf, resume=resume
         )
         if position is not None and position[0] > changes.end:
-            raise InvalidParameter(_OUT_OF_RANGE)
+            raise page_out_of_range()
         return changes, position, pinned or (changes.end, changes.latest)
 
     def streaming_query(self, who: Principal, shared: SharedTable, req: QueryRequest, answer: Answer) -> Reply:
@@ -189,8 +189,6 @@ ChangeEntry = tuple[str, CommitChanges, Optional[dict[str, Any]]]
 #: Where a change response reads from: a commit's version and the index of an entry in that commit.
 _Position = tuple[int, int]
 
-_OUT_OF_RANGE = "The page token is out of range for this query. Please restart the query."
-
 
 @dataclass(frozen=True)
 class _ChangePlan:
@@ -217,9 +215,9 @@ def _token_position(data: Mapping[str, Any], start: int) -> tuple[_Position, tup
     try:
         position, pinned = (int(data["v"]), int(data["i"])), (int(data["e"]), int(data["l"]))
     except (KeyError, TypeError, ValueError):
-        raise InvalidParameter(_OUT_OF_RANGE) from None
+        raise page_out_of_range() from None
     if position[0] < start or position[1] < 0:
-        raise InvalidParameter(_OUT_OF_RANGE)
+        raise page_out_of_range()
     return position, pinned
 
 

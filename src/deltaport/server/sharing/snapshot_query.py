@@ -25,7 +25,7 @@ from deltaport.protocol import lines
 from deltaport.protocol.hints import parse_json_predicate, parse_sql_predicates
 from deltaport.protocol.requests import QueryRequest
 from deltaport.server.ops.request_info import FilesServed
-from deltaport.server.sharing.answers import Answer, Reply, binding, stream_body, timestamp_ms
+from deltaport.server.sharing.answers import Answer, Reply, binding, page_out_of_range, stream_body, timestamp_ms
 from deltaport.server.sharing.registry import Principal, SharedTable
 from deltaport.server.sharing.streamed_query import (
     Cursors,
@@ -153,16 +153,16 @@ class SnapshotQueries:
 
     def _whole(self, query: _Query, snap: Snapshot, start: Any) -> _Listed:
         if not isinstance(start, int):
-            raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
+            raise page_out_of_range()
         check_paths_inside(snap)
-        part = query.shared.slice(query.who)
-        whole = part is None
-        within = part.mask_of_struct(snap.config, snap.live.column("partitionValues")) if part is not None else None
-        indices = scan(snap, self.predicate(query.req), query.req.limit_hint, within=within).indices
+        within = _slice_mask(query)
+        whole = within is None
+        mask = within(snap) if within is not None else None
+        indices = scan(snap, self.predicate(query.req), query.req.limit_hint, within=mask).indices
         next_token = None
         if query.page_size is not None:
             if start > len(indices):
-                raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
+                raise page_out_of_range()
             if start + query.page_size < len(indices):
                 next_token = self._page_token(query, {"v": snap.version, "i": start + query.page_size})
             indices = indices.slice(start, query.page_size)
@@ -179,12 +179,8 @@ class SnapshotQueries:
     def _streamed(self, query: _Query, stream: StreamedSnapshot, start: Any) -> _Listed:
         place, owed = (Place(0, 0), query.req.limit_hint) if isinstance(start, int) else start
         if isinstance(start, int) and start:
-            raise InvalidParameter("The page token is out of range for this query. Please restart the query.")
-        part = query.shared.slice(query.who)
-        within = None
-        if part is not None:
-            within = lambda snap: part.mask_of_struct(snap.config, snap.live.column("partitionValues"))  # noqa: E731
-        plan = StreamedPlan(place, keep_files(self.predicate(query.req), within), owed, query.page_size)
+            raise page_out_of_range()
+        plan = StreamedPlan(place, keep_files(self.predicate(query.req), _slice_mask(query)), owed, query.page_size)
         files = StreamedFiles(stream, plan, check_paths_inside, self.cursors)
 
         def next_token() -> str | None:
@@ -254,6 +250,15 @@ class SnapshotQueries:
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else And(tuple(parts))
+
+
+def _slice_mask(query: _Query) -> Callable[[Snapshot], Any] | None:
+    """Which of a snapshot's files lie in the querying recipient's slice; None when the recipient
+    reads the whole table."""
+    part = query.shared.slice(query.who)
+    if part is None:
+        return None
+    return lambda snap: part.mask_of_struct(snap.config, snap.live.column("partitionValues"))
 
 
 def check_paths_inside(snap: Snapshot) -> None:

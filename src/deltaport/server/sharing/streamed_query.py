@@ -26,9 +26,9 @@ import pyarrow.compute as pc
 from deltaport.delta.scan import scan, up_to_limit
 from deltaport.delta.snapshot import Snapshot
 from deltaport.delta.streamed import Piece, Place, StreamedSnapshot
-from deltaport.errors import InvalidParameter
 from deltaport.server.fast.pipeline import pipelined
 from deltaport.server.ops.request_info import FilesServed, current_request
+from deltaport.server.sharing.answers import page_out_of_range
 
 #: Paths of a piece's files outside the table's root, or deletion vectors by absolute path: refused.
 CheckPaths = Callable[[Snapshot], None]
@@ -200,7 +200,7 @@ def place_of(data: dict[str, Any]) -> tuple[Place, int | None]:
         owed = data.get("l")
         return place, None if owed is None else int(owed)
     except (KeyError, TypeError, ValueError):
-        raise InvalidParameter("The page token is out of range for this query. Please restart the query.") from None
+        raise page_out_of_range() from None
 
 
 def token_data(version: int, place: Place, owed: int | None) -> dict[str, Any]:
