@@ -181,3 +181,22 @@ def test_protocol_and_metadata_are_read_from_their_row_group_alone(generated, tm
     assert stream.config.partition_columns == ["part"]
     groups = pq.ParquetFile(checkpoint).metadata.num_row_groups
     assert groups == 7 and store.reads <= 3 * groups  # footers and one row group (all seven: 107 reads)
+
+
+def test_a_checkpoint_whose_adds_have_no_path_is_a_corrupt_log(generated, tmp_path):
+    from deltaport.errors import CorruptLog
+
+    table = tmp_path / "t"
+    shutil.copytree(generated, table)
+    checkpoint = next((table / "_delta_log").glob("*.checkpoint.parquet"))
+    rows = pq.read_table(checkpoint)
+    adds = rows.column("add").combine_chunks()
+    pathless = pa.StructArray.from_arrays(
+        [adds.field(f.name) for f in adds.type if f.name != "path"],
+        fields=[f for f in adds.type if f.name != "path"],
+        mask=pa.compute.invert(adds.is_valid()),
+    )
+    pq.write_table(rows.set_column(rows.schema.get_field_index("add"), "add", pathless), checkpoint)
+    stream = _streamed(table)
+    with pytest.raises(CorruptLog, match="add actions without a path"):
+        list(stream.pieces())
