@@ -7,7 +7,10 @@ Date, Expires, SignedHeaders[, Security-Token], Signature). The derived signing 
 (date, region, service), so a URL costs two SHA-256 passes and one HMAC.
 
 Verification (:func:`verify_presigned`) recomputes the signature from the request as received and
-compares it in constant time; every refusal is a PermissionDenied that says what was wrong.
+compares it in constant time; every refusal is a PermissionDenied that says what was wrong. Its
+reading of a presigned query (:func:`read_presigned`: parameters, lifetime, date, credential
+scope, canonical URI, query and host) is shared with the verifier of the server's own file URLs
+(``signing.local_mac``), which signs the same query shape with another algorithm.
 
 References: "Authenticating Requests: Using Query Parameters (AWS Signature Version 4)" in the
 Amazon S3 API reference; canonical URIs follow the S3 rule: every path segment URI-encoded once,
@@ -34,9 +37,13 @@ __all__ = [
     "MAX_EXPIRES_IN",
     "UNSIGNED_PAYLOAD",
     "BatchSigning",
+    "PresignedRequest",
     "SigV4Presigner",
     "canonical_host",
+    "check_scope_parts",
     "derive_signing_key",
+    "read_presigned",
+    "sigv4_signature",
     "uri_encode_path",
     "verify_presigned",
 ]
@@ -102,6 +109,14 @@ def canonical_host(netloc: str, scheme: str | None = None) -> str:
     return host
 
 
+def check_scope_parts(access_key: str, region: str, service: str) -> None:
+    """ValueError unless the parts of a credential scope are non-empty and free of ``/``."""
+    if not access_key or "/" in access_key:
+        raise ValueError("access key must be non-empty and must not contain '/'")
+    if not region or "/" in region or not service or "/" in service:
+        raise ValueError("region and service must be non-empty and must not contain '/'")
+
+
 class SigV4Presigner:
     """Presigns GET URLs against one endpoint (``scheme://host[:port]``) with SigV4.
 
@@ -122,10 +137,7 @@ class SigV4Presigner:
         parts = urlsplit(endpoint_url)
         if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
             raise ValueError(f"endpoint must be an http(s) URL, got {endpoint_url!r}")
-        if not access_key or "/" in access_key:
-            raise ValueError("access key must be non-empty and must not contain '/'")
-        if not region or "/" in region or not service or "/" in service:
-            raise ValueError("region and service must be non-empty and must not contain '/'")
+        check_scope_parts(access_key, region, service)
         self.endpoint = f"{parts.scheme}://{parts.netloc}"
         self.host = canonical_host(parts.netloc, parts.scheme)
         self.access_key = access_key
@@ -298,10 +310,8 @@ def _presigned_query(query_string: str) -> tuple[list[tuple[str, str]], dict[str
 
 
 def _check_presigned_fields(amz: dict[str, str]) -> tuple[int, int]:
-    """The URL's lifetime and signing time, once its algorithm and signed headers are the ones
-    this server signs with."""
-    if amz["X-Amz-Algorithm"] != ALGORITHM:
-        raise PermissionDenied(f"unsupported X-Amz-Algorithm {amz['X-Amz-Algorithm']!r}: expected {ALGORITHM}")
+    """The URL's lifetime and signing time, once its signed headers are the ones this server signs
+    with (the algorithm is the caller's to check: it picks how the signature is recomputed)."""
     if amz["X-Amz-SignedHeaders"] != "host":
         raise PermissionDenied(
             f"unsupported X-Amz-SignedHeaders {amz['X-Amz-SignedHeaders']!r}: only 'host' is accepted"
@@ -332,10 +342,91 @@ def _credential_scope(amz: dict[str, str], region: str | None, service: str | No
     return access_key, datestamp, cred_region, cred_service
 
 
+@dataclass(frozen=True)
+class PresignedRequest:
+    """A presigned request as received, its fields checked and its canonical parts worked out:
+    everything a verifier needs to recompute the signature of its algorithm."""
+
+    algorithm: str
+    access_key: str
+    amz_date: str
+    datestamp: str
+    region: str
+    service: str
+    host: str  #: canonical (see :func:`canonical_host`)
+    canonical_uri: str
+    canonical_query: str  #: every parameter but the signature, encoded and sorted
+    signature: str
+    signed_at: int
+    expires: int
+
+    def check_signature(self, expected: str) -> None:
+        """Refuse the request unless its signature is ``expected`` (compared in constant time)."""
+        if not hmac.compare_digest(expected.encode("ascii"), self.signature.encode("utf-8")):
+            raise PermissionDenied("signature does not match: the URL was altered or signed with another key")
+
+    def check_lifetime(self, now: float | None = None, max_skew: int = DEFAULT_MAX_SKEW) -> None:
+        """Refuse a request dated in the future (beyond ``max_skew`` seconds) or expired."""
+        current = time.time() if now is None else now
+        if self.signed_at > current + max_skew:
+            raise PermissionDenied(f"URL is dated in the future ({_iso(self.signed_at)}): check the signer's clock")
+        if current > self.signed_at + self.expires:
+            raise PermissionDenied(f"URL expired at {_iso(self.signed_at + self.expires)}")
+
+
+def read_presigned(
+    host: str, path: str | bytes, query_string: str | bytes, *, region: str | None, service: str | None
+) -> PresignedRequest:
+    """Parse and check a presigned request's query (whatever its algorithm) and canonicalise it.
+
+    ``host`` is the Host header as received, ``path`` the request path as received (still
+    percent-encoded: ``scope["raw_path"]`` in ASGI), ``query_string`` the raw query. When
+    ``region`` or ``service`` are given the credential scope must name them. Raises
+    PermissionDenied naming the problem: missing, duplicate or malformed parameters, or a scope
+    that does not match.
+    """
+    if isinstance(query_string, bytes):
+        query_string = query_string.decode("latin-1")
+    if isinstance(path, bytes):
+        path = path.decode("latin-1")
+    params, amz, signature = _presigned_query(query_string)
+    expires, signed_at = _check_presigned_fields(amz)
+    access_key, datestamp, cred_region, cred_service = _credential_scope(amz, region, service)
+    params.sort()
+    return PresignedRequest(
+        algorithm=amz["X-Amz-Algorithm"],
+        access_key=access_key,
+        amz_date=amz["X-Amz-Date"],
+        datestamp=datestamp,
+        region=cred_region,
+        service=cred_service,
+        host=canonical_host(host),
+        canonical_uri=uri_encode_path(unquote(path)) if path else "/",
+        canonical_query="&".join(f"{k}={v}" for k, v in params),
+        signature=signature,
+        signed_at=signed_at,
+        expires=expires,
+    )
+
+
+def sigv4_signature(request: PresignedRequest, method: str, secret: str | bytes) -> str:
+    """The SigV4 signature (hex) of ``request`` for ``method`` and ``secret``."""
+    canonical_request = (
+        f"{method.upper()}\n{request.canonical_uri}\n{request.canonical_query}\n"
+        f"host:{request.host}\n\nhost\n{UNSIGNED_PAYLOAD}"
+    )
+    string_to_sign = (
+        f"{ALGORITHM}\n{request.amz_date}\n{request.datestamp}/{request.region}/{request.service}/aws4_request\n"
+        f"{_sha256(canonical_request.encode('utf-8')).hexdigest()}"
+    )
+    signing_key = derive_signing_key(secret, request.datestamp, request.region, request.service)
+    return _hmac_digest(signing_key, string_to_sign.encode("utf-8"), "sha256").hex()
+
+
 def verify_presigned(
     method: str,
     host: str,
-    path: str,
+    path: str | bytes,
     query_string: str | bytes,
     secret_lookup: Callable[[str], str | bytes | None],
     *,
@@ -346,44 +437,18 @@ def verify_presigned(
 ) -> str:
     """Check a SigV4 presigned request and return its access key id.
 
-    ``host`` is the Host header as received, ``path`` the request path as received (still
-    percent-encoded: ``scope["raw_path"]`` in ASGI), ``query_string`` the raw query.
-    ``secret_lookup(access_key)`` returns the secret or None for an unknown key. When ``region``
-    or ``service`` are given the credential scope must name them. Raises PermissionDenied naming
-    the problem: missing or malformed parameters, wrong algorithm or scope, unknown key, a
-    signature that does not match, a URL dated in the future (beyond ``max_skew`` seconds) or
-    expired.
+    ``host``, ``path``, ``query_string``, ``region`` and ``service`` as for :func:`read_presigned`.
+    ``secret_lookup(access_key)`` returns the secret or None for an unknown key. Raises
+    PermissionDenied naming the problem: what :func:`read_presigned` refuses, another algorithm,
+    an unknown key, a signature that does not match, a URL dated in the future (beyond
+    ``max_skew`` seconds) or expired.
     """
-    if isinstance(query_string, bytes):
-        query_string = query_string.decode("latin-1")
-    if isinstance(path, bytes):
-        path = path.decode("latin-1")
-    params, amz, signature = _presigned_query(query_string)
-    expires, signed_at = _check_presigned_fields(amz)
-    amz_date = amz["X-Amz-Date"]
-    access_key, datestamp, cred_region, cred_service = _credential_scope(amz, region, service)
-    secret = secret_lookup(access_key)
+    request = read_presigned(host, path, query_string, region=region, service=service)
+    if request.algorithm != ALGORITHM:
+        raise PermissionDenied(f"unsupported X-Amz-Algorithm {request.algorithm!r}: expected {ALGORITHM}")
+    secret = secret_lookup(request.access_key)
     if secret is None:
-        raise PermissionDenied(f"unknown access key {access_key!r}")
-
-    params.sort()
-    canonical_query = "&".join(f"{k}={v}" for k, v in params)
-    canonical_uri = uri_encode_path(unquote(path)) if path else "/"
-    canonical_request = (
-        f"{method.upper()}\n{canonical_uri}\n{canonical_query}\nhost:{canonical_host(host)}\n\nhost\n{UNSIGNED_PAYLOAD}"
-    )
-    string_to_sign = (
-        f"{ALGORITHM}\n{amz_date}\n{datestamp}/{cred_region}/{cred_service}/aws4_request\n"
-        f"{_sha256(canonical_request.encode('utf-8')).hexdigest()}"
-    )
-    signing_key = derive_signing_key(secret, datestamp, cred_region, cred_service)
-    expected = _hmac_digest(signing_key, string_to_sign.encode("utf-8"), "sha256").hex()
-    if not hmac.compare_digest(expected.encode("ascii"), signature.encode("utf-8")):
-        raise PermissionDenied("signature does not match: the URL was altered or signed with another key")
-
-    current = time.time() if now is None else now
-    if signed_at > current + max_skew:
-        raise PermissionDenied(f"URL is dated in the future ({_iso(signed_at)}): check the signer's clock")
-    if current > signed_at + expires:
-        raise PermissionDenied(f"URL expired at {_iso(signed_at + expires)}")
-    return access_key
+        raise PermissionDenied(f"unknown access key {request.access_key!r}")
+    request.check_signature(sigv4_signature(request, method, secret))
+    request.check_lifetime(now, max_skew)
+    return request.access_key
