@@ -1,14 +1,19 @@
-"""The server's own file URLs: SigV4-presigned, verified, and never outside the table root."""
+"""The server's own file URLs: a keyed BLAKE2b in a presigned query (SigV4 ones issued before still
+verify), verified, and never outside the table root."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import pickle
 import time
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pytest
 
 from deltaport.errors import PermissionDenied
 from deltaport.signing import LocalFileSigner, ObstoreSigner, SignedUrl, UrlSigner, signer_for
+from deltaport.signing.local_mac import MacPresigner
 from deltaport.signing.sigv4 import SigV4Presigner, uri_encode_path
 from deltaport.storage import LocalStore, store_for
 
@@ -60,14 +65,46 @@ def test_satisfies_the_url_signer_protocol(signer):
     assert "X-Amz-Signature" not in repr(signer.sign("x.parquet", expires_in=60))
 
 
-def test_url_is_a_sigv4_url_any_s3_verifier_recomputes():
-    """Same URL as a SigV4 presigner for the same endpoint and path would give."""
+def _mac(secret: bytes, date: str, region: str, message: str) -> str:
+    """The documented MAC, computed here from its definition: the day's key is an HMAC-SHA256
+    chain over the algorithm name and the secret, the date, region, service; the MAC a keyed
+    BLAKE2b-256 of the message."""
+    key = b"DELTAPORT-BLAKE2B" + secret
+    for part in (date, region, "s3", "deltaport_request"):
+        key = hmac.digest(key, part.encode(), "sha256")
+    return hashlib.blake2b(message.encode(), key=key, digest_size=32).hexdigest()
+
+
+def test_url_has_a_presigned_query_and_the_documented_mac():
     signer = LocalFileSigner("http://127.0.0.1:8080", "t1", "deltaport", SECRET, region="eu-west-1")
     url = signer.sign("a b.parquet", expires_in=60, now=NOW).url
-    expected = SigV4Presigner("http://127.0.0.1:8080", "deltaport", SECRET, region="eu-west-1").presign(
-        "/files/t1/a b.parquet", expires_in=60, now=NOW
+    path, _, query = url.removeprefix("http://127.0.0.1:8080").partition("?")
+    assert path == "/files/t1/a%20b.parquet"
+    unsigned, _, signature = query.partition("&X-Amz-Signature=")
+    assert unsigned == (
+        "X-Amz-Algorithm=DELTAPORT-BLAKE2B&X-Amz-Credential=deltaport%2F20231114%2Feu-west-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20231114T221320Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
     )
-    assert url == expected
+    assert signature == _mac(SECRET, "20231114", "eu-west-1", f"GET\n127.0.0.1:8080\n{unsigned}\n{path}")
+
+
+def test_batch_signatures_are_those_of_single_urls(signer):
+    query, batch, expiry = signer.batch_signing(expires_in=900, now=NOW)
+    paths = ["part-0.parquet", "region=europe/part-1.parquet", "a b/ü.parquet"]
+    uris = [uri_encode_path(p).encode() for p in paths]
+    for path, uri, signature in zip(paths, uris, batch.sign(uris), strict=True):
+        signed = signer.sign(path, expires_in=900, now=NOW)
+        assert signed.url == f"{BASE}/files/share.schema.table/{uri.decode()}?{query}&X-Amz-Signature={signature}"
+        assert signed.expiration_ms == expiry
+    assert len(set(batch.sign(uris))) == len(uris)
+
+
+def test_a_batch_carries_the_days_key_never_the_secret(signer):
+    _, batch, _ = signer.batch_signing(expires_in=900, now=NOW)
+    shipped = pickle.dumps(batch)  # what a keying worker receives
+    assert SECRET not in shipped
+    _, next_day, _ = signer.batch_signing(expires_in=900, now=NOW + 86400)
+    assert next_day.key != batch.key
 
 
 def test_verify_with_host_from_base_url_and_a_stripped_prefix(signer):
@@ -111,6 +148,83 @@ def test_verify_refuses_other_files_methods_keys_and_expired_urls(signer):
         other_key.verify("GET", host, raw_path, query, now=NOW)
 
 
+def _with_param(query: bytes, name: str, value: str) -> bytes:
+    pairs = (p.split("=", 1) for p in query.decode().split("&"))
+    return "&".join(f"{k}={value if k == name else v}" for k, v in pairs).encode()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "problem"),
+    [
+        ("X-Amz-Expires", "61", "signature does not match"),
+        ("X-Amz-Date", "20231114T221321Z", "signature does not match"),
+        ("X-Amz-Date", "20231115T221320Z", "does not match X-Amz-Date"),
+        ("X-Amz-Credential", "deltaport%2F20231114%2Fus-west-2%2Fs3%2Faws4_request", "region 'us-west-2'"),
+        ("X-Amz-Credential", "deltaport%2F20231114%2Fus-east-1%2Fsts%2Faws4_request", "service 'sts'"),
+        ("X-Amz-Credential", "someone%2F20231114%2Fus-east-1%2Fs3%2Faws4_request", "unknown access key"),
+        ("X-Amz-Credential", "deltaport", "malformed X-Amz-Credential"),
+        ("X-Amz-SignedHeaders", "host%3Brange", "SignedHeaders"),
+        ("X-Amz-Algorithm", "AWS4-HMAC-SHA256", "signature does not match"),  # no downgrade
+        ("X-Amz-Algorithm", "AWS4-HMAC-SHA1", "unsupported X-Amz-Algorithm 'AWS4-HMAC-SHA1'"),
+        ("X-Amz-Algorithm", "DELTAPORT-BLAKE2S", "unsupported X-Amz-Algorithm"),
+        ("X-Amz-Signature", "0" * 64, "signature does not match"),
+        ("X-Amz-Signature", "", "signature does not match"),
+    ],
+)
+def test_verify_refuses_any_tampered_parameter(signer, name, value, problem):
+    host, raw_path, query = _request_parts(signer.sign("a.parquet", expires_in=60, now=NOW).url)
+    assert signer.verify("GET", host, raw_path, query, now=NOW) == ("share.schema.table", "a.parquet")
+    with pytest.raises(PermissionDenied, match=problem):
+        signer.verify("GET", host, raw_path, _with_param(query, name, value), now=NOW)
+
+
+def test_verify_refuses_flipped_signature_characters_added_parameters_and_future_dates(signer):
+    host, raw_path, query = _request_parts(signer.sign("a.parquet", expires_in=60, now=NOW).url)
+    signature = dict(parse_qsl(query.decode()))["X-Amz-Signature"]
+    for i in (0, 31, 63):
+        flipped = signature[:i] + ("a" if signature[i] != "a" else "b") + signature[i + 1 :]
+        with pytest.raises(PermissionDenied, match="signature does not match"):
+            signer.verify("GET", host, raw_path, _with_param(query, "X-Amz-Signature", flipped), now=NOW)
+    with pytest.raises(PermissionDenied, match="signature does not match"):
+        signer.verify("GET", host, raw_path, query + b"&response-content-type=text%2Fhtml", now=NOW)
+    with pytest.raises(PermissionDenied, match="dated in the future"):
+        signer.verify("GET", host, raw_path, query, now=NOW - 3600)
+    assert signer.verify("GET", host, raw_path, query, now=NOW + 60) == ("share.schema.table", "a.parquet")
+    with pytest.raises(PermissionDenied, match="URL expired at"):
+        signer.verify("GET", host, raw_path, query, now=NOW + 61)
+
+
+def _sigv4_url(path: str, *, expires_in: int = 60) -> str:
+    """A file URL as the server signed it before its own MAC: SigV4 with the same key."""
+    presigner = SigV4Presigner("https://sharing.example.com:8443", "deltaport", SECRET)
+    canonical = "/delta-sharing/files/share.schema.table/" + uri_encode_path(path)
+    return presigner.presign_encoded(canonical, expires_in=expires_in, now=NOW)[0]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_sigv4_urls_issued_before_still_verify_until_they_expire(signer, path):
+    url = _sigv4_url(path)
+    assert "X-Amz-Algorithm=AWS4-HMAC-SHA256&" in url
+    host, raw_path, query = _request_parts(url)
+    assert signer.verify("GET", host, raw_path, query, now=NOW + 1) == ("share.schema.table", path)
+    assert signer.verify("HEAD", None, raw_path, query, now=NOW + 1) == ("share.schema.table", path)
+    with pytest.raises(PermissionDenied, match="URL expired at"):
+        signer.verify("GET", host, raw_path, query, now=NOW + 61)
+
+
+def test_tampered_sigv4_urls_are_refused(signer):
+    host, raw_path, query = _request_parts(_sigv4_url("a.parquet"))
+    with pytest.raises(PermissionDenied, match="signature does not match"):
+        signer.verify("GET", host, raw_path.replace(b"a.parquet", b"b.parquet"), query, now=NOW)
+    with pytest.raises(PermissionDenied, match="signature does not match"):
+        signer.verify("GET", host, raw_path, _with_param(query, "X-Amz-Expires", "3600"), now=NOW)
+    with pytest.raises(PermissionDenied, match="signature does not match"):  # nor passed off as the new scheme
+        signer.verify("GET", host, raw_path, _with_param(query, "X-Amz-Algorithm", "DELTAPORT-BLAKE2B"), now=NOW)
+    stranger = LocalFileSigner(BASE, "share.schema.table", "deltaport", b"another secret")
+    with pytest.raises(PermissionDenied, match="signature does not match"):
+        stranger.verify("GET", host, raw_path, query, now=NOW)
+
+
 def test_default_clock(signer):
     signed = signer.sign("a.parquet", expires_in=60)
     assert abs(signed.expiration_ms - (time.time() + 60) * 1000) < 2000
@@ -149,9 +263,9 @@ def test_sign_refuses_paths_outside_the_root(signer, path):
         signer.sign(path, expires_in=60, now=NOW)
 
 
-def _forged(raw_path: str, *, host="sharing.example.com:8443", secret=SECRET) -> tuple[str, str, str]:
+def _forged(raw_path: str, presigner_class, *, host="sharing.example.com:8443") -> tuple[str, str, str]:
     """A validly signed request for an arbitrary raw path (as if the signer had been fooled)."""
-    presigner = SigV4Presigner("https://" + host, "deltaport", secret)
+    presigner = presigner_class("https://" + host, "deltaport", SECRET, region="us-east-1", service="s3")
     url, _ = presigner.presign_encoded(uri_encode_path(unquote(raw_path)), expires_in=60, now=NOW)
     return host, raw_path, urlsplit(url).query
 
@@ -174,8 +288,9 @@ def _forged(raw_path: str, *, host="sharing.example.com:8443", secret=SECRET) ->
         ("/delta-sharing/files/share.schema.table/%FF.parquet", "UTF-8"),
     ],
 )
-def test_verify_refuses_escaping_paths_even_when_validly_signed(signer, raw_path, problem):
-    host, path, query = _forged(raw_path)
+@pytest.mark.parametrize("presigner_class", [MacPresigner, SigV4Presigner])
+def test_verify_refuses_escaping_paths_even_when_validly_signed(signer, raw_path, problem, presigner_class):
+    host, path, query = _forged(raw_path, presigner_class)
     with pytest.raises(PermissionDenied, match=problem):
         signer.verify("GET", host, path, query, now=NOW)
 

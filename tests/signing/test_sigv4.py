@@ -341,14 +341,3 @@ def test_permission_denied_is_http_403():
     with pytest.raises(PermissionDenied) as info:
         verify_presigned("GET", "h", "/b/k", "", lambda k: SECRET, now=NOW)
     assert info.value.http_status == 403 and info.value.error_code == "PERMISSION_DENIED"
-
-
-@pytest.mark.parametrize("token", [None, "FwoGZXIvYXdzEBYaDH+token/with=chars"])
-def test_batch_signatures_are_those_of_single_presigned_urls(frozen, token):
-    presigner = SigV4Presigner("http://127.0.0.1:9000", AKID, SECRET, session_token=token)
-    uris = [b"dir/a.parquet", b"part%3D1/b%20c.parquet", b"x"]
-    query, batch, expiry = presigner.batch_signing(expires_in=600, now=frozen, prefix=b"/bucket/")
-    for uri, signature in zip(uris, batch.sign(uris)):
-        url, expires_ms = presigner.presign_encoded("/bucket/" + uri.decode(), expires_in=600, now=frozen)
-        assert url == f"http://127.0.0.1:9000/bucket/{uri.decode()}?{query}&X-Amz-Signature={signature}"
-        assert expires_ms == expiry

@@ -1,7 +1,8 @@
 """Signing: the UrlSigner seam and its implementations.
 
-- :class:`LocalFileSigner`: the server's own file URLs (local tables), SigV4-presigned with the
-  server's key and verified by the server's file endpoint.
+- :class:`LocalFileSigner`: the server's own file URLs (local tables), signed with the server's
+  key in a SigV4-shaped query (:mod:`deltaport.signing.local_mac`: a keyed BLAKE2b) and verified
+  by the server's file endpoint.
 - :class:`ObstoreSigner`: presigned URLs from S3, Azure Blob (SAS) and GCS (V4) through obstore.
 - :mod:`deltaport.signing.sigv4`: pure-Python SigV4 query presigning and verification.
 

@@ -1,8 +1,11 @@
 """URLs for files the sharing server serves itself (tables on a local file system).
 
 The official client's Delta path (delta-kernel-rs) fetches a URL over HTTP only when its query
-looks presigned, so these URLs are real AWS SigV4 presigned URLs (service ``s3``) signed with the
-server's own key, and the server's file endpoint checks them with :meth:`LocalFileSigner.verify`.
+looks presigned, so these URLs have a SigV4 presigned query (service ``s3``) whose signature is a
+keyed BLAKE2b-256 under the server's own key (algorithm ``DELTAPORT-BLAKE2B``, see
+:mod:`deltaport.signing.local_mac`), and the server's file endpoint checks them with
+:meth:`LocalFileSigner.verify`, which also accepts SigV4-signed ones (``AWS4-HMAC-SHA256``, issued
+before) until they expire.
 
 URL shape: ``{base_url}/files/{table_key}/{path}``, every segment URI-encoded once (S3 rules).
 The signature covers the table key and the path, so any signer sharing the base URL and key can
@@ -17,7 +20,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 from deltaport.errors import PermissionDenied
 from deltaport.signing.base import SignedUrl, check_relative_path
-from deltaport.signing.sigv4 import SigV4Presigner, uri_encode_path, verify_presigned
+from deltaport.signing.local_mac import MacBatch, MacPresigner, verify_file_url
+from deltaport.signing.sigv4 import uri_encode_path
 
 __all__ = ["LocalFileSigner"]
 
@@ -58,7 +62,7 @@ class LocalFileSigner:
         self.region = region
         self.access_key = access_key
         self._secret = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
-        self._presigner = SigV4Presigner(
+        self._presigner = MacPresigner(
             f"{parts.scheme}://{parts.netloc}", access_key, self._secret, region=region, service="s3"
         )
         base_path = uri_encode_path(unquote(parts.path).rstrip("/"))
@@ -100,9 +104,9 @@ class LocalFileSigner:
         """The encoded URL path every file URL of this table starts with (``/…/files/<key>/``)."""
         return self._table_prefix
 
-    def batch_signing(self, *, expires_in: int, now: float | None = None):
-        """The shared query string, a picklable BatchSigning for this table's relative URIs, and the expiry
-        (see SigV4Presigner.batch_signing).
+    def batch_signing(self, *, expires_in: int, now: float | None = None) -> tuple[str, MacBatch, int]:
+        """The shared query string, a picklable MacBatch for this table's relative URIs, and the expiry
+        (see MacPresigner.batch_signing).
 
         The URIs must already have passed :func:`check_relative_path` or be refused at verification
         (which checks every path again after the signature).
@@ -142,15 +146,13 @@ class LocalFileSigner:
             rest = raw_path[len("/files/") :]
         else:
             raise PermissionDenied("not a file URL: the path must start with /files/")
-        verify_presigned(
-            "GET",
+        verify_file_url(
             self._presigner.host if host is None else host,
             self._files_prefix + rest,
             query_string,
             self._lookup,
             now=now,
             region=self.region,
-            service="s3",
         )
         try:
             decoded = unquote(rest, errors="strict")

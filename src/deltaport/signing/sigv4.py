@@ -24,7 +24,7 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote, unquote, urlsplit
@@ -36,7 +36,6 @@ __all__ = [
     "ALGORITHM",
     "MAX_EXPIRES_IN",
     "UNSIGNED_PAYLOAD",
-    "BatchSigning",
     "PresignedRequest",
     "SigV4Presigner",
     "canonical_host",
@@ -198,70 +197,6 @@ class SigV4Presigner:
         signature = _hmac_digest(self.signing_key(datestamp), string_to_sign.encode("utf-8"), "sha256").hex()
         url = f"{self.endpoint}{canonical_uri}?{query}&X-Amz-Signature={signature}"
         return url, (seconds + expires_in) * 1000
-
-    def batch_signing(
-        self, *, expires_in: int, now: float | None = None, prefix: bytes = b""
-    ) -> tuple[str, BatchSigning, int]:
-        """Presign many encoded canonical URIs (GET) at one instant, the constant parts hashed once.
-
-        Returns the query string every URL shares (without ``X-Amz-Signature``), a
-        :class:`BatchSigning` for URIs under ``prefix``, and the expiry in ms. The URL of URI ``u``
-        is ``endpoint + prefix + u + "?" + query + "&X-Amz-Signature=" + signature``,
-        byte-identical to :meth:`presign_encoded` at the same instant.
-        """
-        expires_in = check_expires_in(expires_in)
-        seconds = int(time.time() if now is None else now)
-        amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(seconds))
-        datestamp = amz_date[:8]
-        params = (
-            f"X-Amz-Algorithm={ALGORITHM}"
-            f"&X-Amz-Credential={self._credential_head}{datestamp}{self._credential_tail}"
-            f"&X-Amz-Date={amz_date}&X-Amz-Expires={expires_in}"
-        )
-        if self._token_param:
-            canonical_query = f"{params}{self._token_param}&X-Amz-SignedHeaders=host"
-            query = f"{params}&X-Amz-SignedHeaders=host{self._token_param}"
-        else:
-            canonical_query = query = f"{params}&X-Amz-SignedHeaders=host"
-        batch = BatchSigning(
-            head=b"GET\n" + prefix,  # every URI is prefix + u
-            tail=f"\n{canonical_query}\n{self._canonical_headers}".encode(),
-            string_to_sign_head=f"{ALGORITHM}\n{amz_date}\n{datestamp}{self._scope_tail}\n".encode(),
-            key=self.signing_key(datestamp),
-        )
-        return query, batch, (seconds + expires_in) * 1000
-
-
-@dataclass(frozen=True)
-class BatchSigning:
-    """Everything signing many URIs at one instant needs: plain bytes, so another process can sign.
-
-    ``key`` is the day's derived signing key (valid for one date, region and service), never the
-    secret itself.
-    """
-
-    head: bytes
-    tail: bytes
-    string_to_sign_head: bytes
-    key: bytes
-
-    def sign(self, canonical_uris: Iterable[bytes]) -> list[str]:
-        """One hex signature per URI, the constant parts hashed once."""
-        # HMAC-SHA256 with the key's inner and outer states computed once (RFC 2104), not per URL
-        block = self.key.ljust(64, b"\0")
-        inner = _sha256(bytes(b ^ 0x36 for b in block))
-        inner.update(self.string_to_sign_head)
-        outer = _sha256(bytes(b ^ 0x5C for b in block))
-        sha, head, tail = _sha256, self.head, self.tail
-        signatures: list[str] = []
-        append = signatures.append
-        for u in canonical_uris:
-            i = inner.copy()
-            i.update(sha(head + u + tail).hexdigest().encode())
-            o = outer.copy()
-            o.update(i.digest())
-            append(o.hexdigest())
-        return signatures
 
 
 # --- verification ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import TABLES
@@ -15,7 +16,7 @@ from conftest import TABLES
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.demo import build_demo_tables
 from deltaport.server.fast.columnar_lines import ColumnarLines
-from deltaport.server.fast.file_keys import AS_IS, ENCODE, ORDINARY, KeyingPool, key_files
+from deltaport.server.fast.file_keys import AS_IS, ENCODE, ORDINARY, KeyingPool, key_files, key_packed
 from deltaport.server.sharing.translate import FileLineMaker
 from deltaport.signing import LocalFileSigner
 
@@ -121,7 +122,7 @@ def test_no_processes_means_no_worker():
     idle.close()
 
 
-def test_key_files_gives_log_path_digests_and_sigv4_signatures():
+def test_key_files_gives_log_path_digests_and_url_signatures():
     paths = [b"part=1/a.parquet", b"b%20c/d.parquet"]
     query, batch, _ = SIGNER.batch_signing(expires_in=900, now=NOW)
     md5 = key_files(paths, id_hash="parquet", uri_mode=ENCODE, batch=batch)
@@ -135,3 +136,16 @@ def test_key_files_gives_log_path_digests_and_sigv4_signatures():
     assert sha.signatures is None and sha.uris is None
     again = key_files(md5.uris, id_hash=None, uri_mode=AS_IS, batch=batch)
     assert again.ids is None and again.signatures == md5.signatures
+
+
+@pytest.mark.parametrize(("mode", "id_hash"), [(ENCODE, "parquet"), (ORDINARY, "delta"), (AS_IS, None)])
+def test_the_workers_keys_are_those_made_in_process(pool, mode, id_hash):
+    paths = [b"part-00000-1a2b-c000.snappy.parquet", b"region=europe/part-00001.parquet", b"a%20b/c%3Ad.parquet"]
+    data = b"".join(paths)
+    offsets = np.cumsum([0] + [len(p) for p in paths], dtype=np.int64).tobytes()
+    _, batch, _ = SIGNER.batch_signing(expires_in=900, now=NOW)
+    future = pool.submit(data, offsets, id_hash=id_hash, uri_mode=mode, batch=batch)
+    assert future is not None
+    here = key_packed(data, offsets, id_hash, mode, batch)
+    assert future.result(timeout=60) == here
+    assert here.signatures is not None and len(here.signatures) == 64 * len(paths)

@@ -1,8 +1,12 @@
-"""The server's own file URLs never reach outside a shared table's root, symlinks included."""
+"""The server's own file URLs never reach outside a shared table's root, symlinks included, and
+SigV4 ones issued before their own MAC are still served."""
 
 from __future__ import annotations
 
+import calendar
 import shutil
+import time
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 import orjson
@@ -10,6 +14,8 @@ from conftest import TABLES
 from servers import RunningServer
 
 from deltaport.server import create_app, parse_config
+from deltaport.server.sharing.files import file_url_keys
+from deltaport.signing.sigv4 import SigV4Presigner
 
 
 def test_symlink_out_of_the_table_is_refused(tmp_path):
@@ -41,5 +47,38 @@ def test_symlink_out_of_the_table_is_refused(tmp_path):
         assert b"do not serve" not in r.content
         ok = next(u for name, u in urls.items() if name != victim.name)
         assert httpx.get(ok).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_sigv4_urls_of_a_replica_not_yet_changed_are_served_and_other_algorithms_refused(secrets_used):
+    """A replica sharing tokenSecret that still signs file URLs with SigV4 (or a URL issued before
+    the change): the server honours it until it expires; an unknown algorithm is a 403 naming it."""
+    token_secret = "file-url-replica-secret-5d1e"
+    secrets_used.add(token_secret, label="a test tokenSecret")
+    table = {"name": "t", "location": str(TABLES / "basic_partitioned")}
+    shares = [{"name": "s", "schemas": [{"name": "d", "tables": [table]}]}]
+    cfg = parse_config({"version": 1, "tokenSecret": token_secret, "shares": shares})
+    server = RunningServer(create_app(cfg))
+    try:
+        answer = httpx.post(server.url + "/delta-sharing/shares/s/schemas/d/tables/t/query", json={})
+        url = orjson.loads(answer.content.splitlines()[2])["file"]["url"]
+        assert "X-Amz-Algorithm=DELTAPORT-BLAKE2B&" in url
+        served = httpx.get(url)
+        assert served.status_code == 200
+        parts = urlsplit(url)
+        params = dict(parse_qsl(parts.query))
+        signed_at = calendar.timegm(time.strptime(params["X-Amz-Date"], "%Y%m%dT%H%M%SZ"))
+        secret, access_key = file_url_keys(token_secret.encode(), None)
+        old = SigV4Presigner(f"{parts.scheme}://{parts.netloc}", access_key, secret).presign_encoded(
+            parts.path, expires_in=int(params["X-Amz-Expires"]), now=signed_at
+        )[0]
+        assert "X-Amz-Algorithm=AWS4-HMAC-SHA256&" in old and old != url
+        again = httpx.get(old)
+        assert again.status_code == 200 and again.content == served.content
+        assert httpx.get(old.replace("X-Amz-Expires=", "X-Amz-Expires=1")).status_code == 403
+        unknown = httpx.get(url.replace("DELTAPORT-BLAKE2B", "HMAC-MD5"))
+        assert unknown.status_code == 403 and unknown.json()["errorCode"] == "PERMISSION_DENIED"
+        assert "unsupported X-Amz-Algorithm 'HMAC-MD5'" in unknown.json()["message"]
     finally:
         server.stop()

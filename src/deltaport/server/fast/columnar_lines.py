@@ -1,7 +1,7 @@
 """Parquet-format snapshot lines built columnar, for the server's own (locally served) files.
 
 A response is built chunk by chunk in a two-thread pipeline: one thread gets each chunk's file
-ids, canonical URIs and URL signatures (the Python-bound part: MD5 and HMAC per file, see
+ids, canonical URIs and URL signatures (the Python-bound part: MD5 and a keyed BLAKE2b per file, see
 file_keys), handing chunks to a keying worker process while it is free and doing the others
 itself; the other thread joins finished chunks' lines with Arrow string kernels (which release the
 GIL), and the first bytes are sent as soon as the first chunk is ready. A whole-table read leaves the snapshot's ids

@@ -1,12 +1,12 @@
 """File ids, canonical URIs and URL signatures for a response's files: its Python-bound part.
 
 A file's id is the MD5 (parquet) or SHA-256 (delta) hex of its path as written in the log, and
-each URL carries its own SigV4 signature: a few hashing calls per file, about 2 µs, most of the CPU
-time of a large response. :func:`key_files` does that work for one chunk of files;
+each URL carries its own signature (a keyed BLAKE2b, ``signing.local_mac``): a few hashing calls
+per file, most of the CPU time of a large response. :func:`key_files` does that work for one chunk of files;
 :class:`KeyingPool` runs it in a second process for some chunks, so it proceeds on another core
 while this process joins lines and sends them. The worker is spawned (never forked from a threaded
 server), imports only this module and the signing code, and is handed plain bytes: paths, and the
-day's derived signing key, never the server's secret.
+day's derived MAC key, never the server's secret.
 
 Fast form of: hashing each file's id and signing its URL one by one as its line is made
 (``FileLineMaker``). Held equal by: tests/server/fast/test_file_keys.py.
@@ -25,7 +25,8 @@ from typing import NamedTuple
 from urllib.parse import unquote
 
 from deltaport.protocol.capabilities import PARQUET
-from deltaport.signing.sigv4 import BatchSigning, uri_encode_path
+from deltaport.signing.local_mac import MacBatch
+from deltaport.signing.sigv4 import uri_encode_path
 
 try:  # CPython's own MD5/SHA-256 cost half of OpenSSL's per call on short inputs; same digests
     from _md5 import md5 as _md5
@@ -57,7 +58,7 @@ def digest_for(id_hash: str):
     return _md5 if id_hash == PARQUET else _sha256_id
 
 
-def key_files(paths: list[bytes], *, id_hash: str | None, uri_mode: str, batch: BatchSigning | None) -> FileKeys:
+def key_files(paths: list[bytes], *, id_hash: str | None, uri_mode: str, batch: MacBatch | None) -> FileKeys:
     """Ids (when ``id_hash`` is given), signatures (when ``batch`` is) and, unless ``ORDINARY``, URIs."""
     ids = None
     if id_hash is not None:
@@ -73,7 +74,7 @@ def key_files(paths: list[bytes], *, id_hash: str | None, uri_mode: str, batch: 
     return FileKeys(ids, signatures, uris if uri_mode == ENCODE else None)
 
 
-def key_packed(data: bytes, offsets: bytes, id_hash: str | None, uri_mode: str, batch: BatchSigning | None) -> FileKeys:
+def key_packed(data: bytes, offsets: bytes, id_hash: str | None, uri_mode: str, batch: MacBatch | None) -> FileKeys:
     """:func:`key_files` on paths packed as one buffer and their int64 offsets (cheap to send, and
     cheaper to split than an Arrow array is to turn into Python objects)."""
     ends = memoryview(offsets).cast("q")
@@ -113,7 +114,7 @@ class KeyingPool:
         return not self._broken and started is not None and started.done() and started.exception() is None
 
     def submit(
-        self, data: bytes, offsets: bytes, *, id_hash: str | None, uri_mode: str, batch: BatchSigning | None
+        self, data: bytes, offsets: bytes, *, id_hash: str | None, uri_mode: str, batch: MacBatch | None
     ) -> Future | None:
         executor = self._executor
         if not self.running or executor is None:

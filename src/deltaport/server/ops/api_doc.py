@@ -13,6 +13,8 @@ import copy
 from typing import Any
 
 from deltaport.protocol.requests import INT32_MAX, INT64_MAX, QUERY_BODY_SCHEMA
+from deltaport.signing.local_mac import MAC_ALGORITHM
+from deltaport.signing.sigv4 import ALGORITHM
 
 _VERSION = {"type": "integer", "format": "int64", "minimum": 0, "maximum": INT64_MAX}
 _TIMESTAMP = {
@@ -67,9 +69,10 @@ def _query_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 #: What a file URL this server issued carries besides its path: an S3-style presigned query string
-#: (signed with the server's own key) and, optionally, a byte range.
+#: (signed with the server's own key: a keyed BLAKE2b, or SigV4 for URLs issued before) and,
+#: optionally, a byte range.
 _FILE_URL_PARAMETERS = [
-    _query_param("X-Amz-Algorithm", {"type": "string", "enum": ["AWS4-HMAC-SHA256"]}),
+    _query_param("X-Amz-Algorithm", {"type": "string", "enum": [MAC_ALGORITHM, ALGORITHM]}),
     _query_param("X-Amz-Credential", {"type": "string", "description": "<key>/<date>/<region>/s3/aws4_request"}),
     _query_param("X-Amz-Date", {"type": "string", "pattern": "^[0-9]{8}T[0-9]{6}Z$"}),
     _query_param("X-Amz-Expires", {"type": "integer", "minimum": 1, "maximum": 604800}),

@@ -1,8 +1,9 @@
 """The server's own file URLs (tables on local disk): the one module that decides whether a URL
 reads a file, and serves it.
 
-A URL is served only when, in this order: its SigV4 signature is this server's (constant time) and
-it has not expired; its key names a table this server shares and the recipient it was issued to
+A URL is served only when, in this order: its signature is this server's (constant time; a keyed
+BLAKE2b, or SigV4 for URLs issued before, see ``signing.local_mac``) and it has not expired; its
+key names a table this server shares and the recipient it was issued to
 (``<table key>~<recipient key>[~<slice digest>]``, under the signature); that recipient may still
 read the table's share, and its partition slice is still the one the URL was issued for; its IP
 access list admits the client; and the path, symlinks resolved, stays inside the table's root.
