@@ -8,8 +8,10 @@ import errno
 import gc
 import os
 import tempfile
+import weakref
 from pathlib import Path
 
+import httpx
 import pyarrow as pa
 import pytest
 
@@ -306,3 +308,25 @@ def test_a_query_on_a_full_disk_fails_with_the_fix(sharing_profile, spill_everyt
     with RestClient(sharing_profile) as rest, pytest.raises(SpillFailed, match=f"no space left in {spill_everything} "):
         rest.query_table("corpus.default.partitioned")
     assert _fds_on("/dev/full") == []
+
+
+def test_a_query_lets_go_of_each_page_once_joined(sharing_profile, recording, monkeypatch):
+    built: list[weakref.ref] = []
+    build = FileListBuilder.build
+
+    def recorded(self: FileListBuilder) -> FileList:
+        files = build(self)
+        built.append(weakref.ref(files))
+        return files
+
+    monkeypatch.setattr(FileListBuilder, "build", recorded)
+    held = []  # the pages' lists alive when the next page is asked for
+
+    def when_asked(request) -> bool:
+        held.append(sum(ref() is not None for ref in built))
+        return False
+
+    recording.add_rule(when_asked, lambda r: httpx.Response(500), times=1000)
+    with RestClient(sharing_profile, transport=recording) as rest:
+        files = rest.query_table("corpus.default.partitioned", QueryOptions(max_files=1)).files
+    assert len(held) == len(files) > 2 and set(held) == {0}, held
