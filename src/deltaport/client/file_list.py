@@ -97,17 +97,18 @@ def _temporary_file(directory: str) -> BinaryIO:
 
 def _spill_error(directory: str, budget: int, exc: OSError) -> SpillFailed:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        what = f"no space left in {directory} for the file listing beyond its {budget} bytes of memory"
+        what = f"no space left in {directory} for the file listing beyond its {budget / 2**20:g} MiB of memory"
         fix = "free space there or point TMPDIR at a directory with room"
     else:
-        what = f"cannot write the file listing beyond its {budget} bytes of memory to {directory}"
+        what = f"cannot write the file listing beyond its {budget / 2**20:g} MiB of memory to {directory}"
         fix = "point TMPDIR at a writable directory with room"
     return SpillFailed(f"{what} ({exc.strerror or exc}): {fix}; the listing is not returned")
 
 
 class _Spill:
-    """A temporary file of blocks, shared by the lists holding them: :meth:`release` by the last
-    closes it (as does collecting it). Written by its builder alone; read from any thread."""
+    """A temporary file of blocks, held by its builder and then by the list it builds: the last to
+    :meth:`release` it closes it (as does collecting it). Written by its builder alone; read from
+    any thread."""
 
     def __init__(self, file: BinaryIO) -> None:
         self._file = file
