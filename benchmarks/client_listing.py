@@ -1,7 +1,7 @@
 """The connector's listing of a table of many files: time and peak memory, beside the official client.
 
     python benchmarks/client_listing.py [--workdir .bench/client_listing] [--files 1000000]
-                                        [--page 100000] [--skip-official]
+                                        [--page 100000] [--skip-official] [--only LISTER]
 
 Generates (once, then reuses) a log-only table of ``--files`` files with gen_big_table.py, serves
 it with ``deltaport serve`` (its own process) on 127.0.0.1, and lists its files in the same run,
@@ -13,10 +13,12 @@ each lister in a fresh subprocess:
   official         delta_sharing.rest_client.DataSharingRestClient.list_files_in_table: the
                    official client's listing, every file an AddFile object (it has no paging)
 
-Each line gives the files listed, the seconds, the lister's peak RSS and its RSS before listing
-(imports, and pyarrow's first array: ~50 MB once), and the difference per file. The server's own
-memory is not counted. 10M files (``--files 10000000``) is for a quiet machine with plenty of
-memory for the server.
+``--only`` runs the listers named (repeat it for more than one). Each line gives the files listed,
+the seconds, the lister's peak RSS and its RSS before listing (imports, and pyarrow's first array:
+~50 MB once), and the difference per file. The server's own memory is not counted. The connector
+keeps at most ``file_list.MEMORY_BUDGET`` (64 MiB) of its listing in memory and the rest in a
+temporary file in TMPDIR, whose size is not counted either. 10M files (``--files 10000000``) is for
+a quiet machine with plenty of memory for the server.
 """
 
 from __future__ import annotations
@@ -130,12 +132,13 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=1_000_000, help="files in the generated table's checkpoint")
     ap.add_argument("--page", type=int, default=100_000, help="maxFiles of the paged listing")
     ap.add_argument("--skip-official", action="store_true")
+    ap.add_argument("--only", action="append", choices=list(LISTERS), help="run only this lister (repeatable)")
     args = ap.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     server, profile = serve(table(workdir, args.files), workdir)
     try:
-        for lister in LISTERS:
+        for lister in args.only or LISTERS:
             if lister == "official" and args.skip_official:
                 continue
             print(json.dumps(run(lister, profile, args.page)), flush=True)

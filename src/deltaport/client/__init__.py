@@ -20,6 +20,7 @@ from deltaport.client.errors import (
     InvalidTableUrl,
     ProfileError,
     SharingServerError,
+    SpillFailed,
     TokenExpired,
     UrlExpired,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "SharingClient",
     # errors
     "SharingServerError",
+    "SpillFailed",
     "Table",
     "TableInfo",
     "TokenExpired",

@@ -18,6 +18,7 @@ __all__ = [
     "InvalidTableUrl",
     "ProfileError",
     "SharingServerError",
+    "SpillFailed",
     "TokenExpired",
     "UrlExpired",
 ]
@@ -144,6 +145,17 @@ class AccessModeError(DeltaportError, ValueError):
 
     http_status = 400
     error_code = "UNSUPPORTED_ACCESS_MODE"
+
+    def __str__(self) -> str:
+        return _one_line(self.message)
+
+
+class SpillFailed(DeltaportError):
+    """A file listing beyond its memory budget could not be written to its temporary file (a full
+    disk, most often): the listing is not returned, and the message names the folder and the fix."""
+
+    http_status = 507
+    error_code = "LISTING_SPILL_FAILED"
 
     def __str__(self) -> str:
         return _one_line(self.message)

@@ -23,7 +23,7 @@ from deltaport import __version__
 from deltaport.client.async_query import AsyncQuery, Pending, with_idempotency_key
 from deltaport.client.auth import AuthProvider, auth_for_profile
 from deltaport.client.errors import IncompleteResponse, SharingServerError
-from deltaport.client.file_list import FileList
+from deltaport.client.file_list import FileList, FileListBuilder
 from deltaport.client.model import (
     Schema,
     Share,
@@ -470,7 +470,7 @@ class RestClient:
             timeout=timeout,
             on_pending=on_pending,
         )
-        return _merged([page for _, page in pages])
+        return _merged(pages)
 
     def query_pages(
         self,
@@ -543,7 +543,7 @@ class RestClient:
         def next_options(opts: ChangesOptions, token: str) -> ChangesOptions:
             return replace(opts, page_token=token)
 
-        result = _merged([p for _, p in self._pages(page, options, next_options, follow_pages, True, f"GET {path}")])
+        result = _merged(self._pages(page, options, next_options, follow_pages, True, f"GET {path}"))
         if not any(f.deletion_vector for f in result.files):
             return result  # nothing to pair (the usual case): the files stay compact
         return replace(result, files=FileList.of(pair_deletion_vector_changes(result.files)))
@@ -558,8 +558,9 @@ class RestClient:
         what: str,
     ) -> Iterator[tuple[Any, ResponsePage]]:
         first = page(options)
+        fmt, version, end = first.format, first.table_version, first.end_stream
         yield options, first
-        end = first.end_stream
+        del first  # a page is not held here while the next streams in
         pages = 1
         seen: set[str] = set()
         while follow_pages and end is not None and end.next_page_token:
@@ -571,11 +572,10 @@ class RestClient:
             seen.add(token)
             options = next_options(options, token)
             nxt = page(options)
-            if nxt.format != first.format or (not changes and nxt.table_version != first.table_version):
+            if nxt.format != fmt or (not changes and nxt.table_version != version):
                 raise IncompleteResponse(
                     f"page {pages + 1} describes another table version or format "
-                    f"({nxt.table_version}/{nxt.format}, first page {first.table_version}/"
-                    f"{first.format})",
+                    f"({nxt.table_version}/{nxt.format}, first page {version}/{fmt})",
                     error_code="INCONSISTENT_PAGES",
                     request=what,
                 )
@@ -583,11 +583,19 @@ class RestClient:
                 raise IncompleteResponse(f"page {pages + 1} ended without its endStreamAction", request=what)
             yield options, nxt
             end = nxt.end_stream
+            del nxt
             pages += 1
 
 
-def _merged(pages: list[ResponsePage]) -> QueryResult:
-    """The pages of one answer as one result (the first page's head and refresh token)."""
+def _merged(answer: Iterator[tuple[Any, ResponsePage]]) -> QueryResult:
+    """The pages of one answer as one result (the first page's head and refresh token). A page's
+    files join the result's list (within its memory budget) as it comes, and the page is let go."""
+    files = FileListBuilder()
+    pages: list[ResponsePage] = []
+    for _, page in answer:
+        files.add(page.files)
+        pages.append(replace(page, files=FileList()))
+        del page
     first = pages[0]
     expiries = [p.end_stream.min_url_expiration_timestamp for p in pages if p.end_stream is not None]
     known = [e for e in expiries if e is not None]
@@ -595,7 +603,7 @@ def _merged(pages: list[ResponsePage]) -> QueryResult:
         first.protocol,
         first.metadata,
         first.format,
-        FileList.join(p.files for p in pages),
+        files.build(),
         first.table_version,
         first.end_stream.refresh_token if first.end_stream else None,
         len(pages),
