@@ -4,7 +4,8 @@ in, keeping the file actions compact (:class:`~deltaport.client.file_list.FileLi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -12,9 +13,10 @@ import orjson
 from deltaport.client.errors import IncompleteResponse
 from deltaport.client.file_list import FileList, FileListBuilder
 from deltaport.client.model import EndStreamAction, FileAction, Metadata, Protocol
+from deltaport.client.query_types import QueryResult
 from deltaport.protocol.capabilities import DELTA, PARQUET
 
-__all__ = ["PageParser", "ResponsePage"]
+__all__ = ["PageParser", "ResponsePage", "merged_pages"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +119,28 @@ class PageParser:
             self.end_stream,
             table_version,
         )
+
+
+def merged_pages(answer: Iterator[tuple[Any, ResponsePage]]) -> QueryResult:
+    """The pages of one answer as one result (the first page's head and refresh token). A page's
+    files join the result's list (within its memory budget) as it comes, and the page is let go."""
+    files = FileListBuilder()
+    pages: list[ResponsePage] = []
+    for _, page in answer:
+        files.add(page.files)
+        pages.append(replace(page, files=FileList()))
+        del page
+    first = pages[0]
+    expiries = [p.end_stream.min_url_expiration_timestamp for p in pages if p.end_stream is not None]
+    known = [e for e in expiries if e is not None]
+    return QueryResult(
+        first.protocol,
+        first.metadata,
+        first.format,
+        files.build(),
+        first.table_version,
+        first.end_stream.refresh_token if first.end_stream else None,
+        len(pages),
+        tuple(m for p in pages for m in p.metadata_changes),
+        min(known) if known else None,
+    )

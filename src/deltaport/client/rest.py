@@ -23,7 +23,7 @@ from deltaport import __version__
 from deltaport.client.async_query import AsyncQuery, Pending, with_idempotency_key
 from deltaport.client.auth import AuthProvider, auth_for_profile
 from deltaport.client.errors import IncompleteResponse, SharingServerError
-from deltaport.client.file_list import FileList, FileListBuilder
+from deltaport.client.file_list import FileList
 from deltaport.client.model import (
     Schema,
     Share,
@@ -32,7 +32,7 @@ from deltaport.client.model import (
     pair_deletion_vector_changes,
     placement,
 )
-from deltaport.client.pages import PageParser, ResponsePage
+from deltaport.client.pages import PageParser, ResponsePage, merged_pages
 from deltaport.client.profile import DeltaSharingProfile, ProfileSource, parse_table_name, read_profile
 from deltaport.client.query_types import ChangesOptions, MetadataResult, QueryOptions, QueryResult
 from deltaport.client.retry import RetryPolicy, call_with_retries, unreachable
@@ -470,7 +470,7 @@ class RestClient:
             timeout=timeout,
             on_pending=on_pending,
         )
-        return _merged(pages)
+        return merged_pages(pages)
 
     def query_pages(
         self,
@@ -543,7 +543,7 @@ class RestClient:
         def next_options(opts: ChangesOptions, token: str) -> ChangesOptions:
             return replace(opts, page_token=token)
 
-        result = _merged(self._pages(page, options, next_options, follow_pages, True, f"GET {path}"))
+        result = merged_pages(self._pages(page, options, next_options, follow_pages, True, f"GET {path}"))
         if not any(f.deletion_vector for f in result.files):
             return result  # nothing to pair (the usual case): the files stay compact
         return replace(result, files=FileList.of(pair_deletion_vector_changes(result.files)))
@@ -585,28 +585,3 @@ class RestClient:
             end = nxt.end_stream
             del nxt
             pages += 1
-
-
-def _merged(answer: Iterator[tuple[Any, ResponsePage]]) -> QueryResult:
-    """The pages of one answer as one result (the first page's head and refresh token). A page's
-    files join the result's list (within its memory budget) as it comes, and the page is let go."""
-    files = FileListBuilder()
-    pages: list[ResponsePage] = []
-    for _, page in answer:
-        files.add(page.files)
-        pages.append(replace(page, files=FileList()))
-        del page
-    first = pages[0]
-    expiries = [p.end_stream.min_url_expiration_timestamp for p in pages if p.end_stream is not None]
-    known = [e for e in expiries if e is not None]
-    return QueryResult(
-        first.protocol,
-        first.metadata,
-        first.format,
-        files.build(),
-        first.table_version,
-        first.end_stream.refresh_token if first.end_stream else None,
-        len(pages),
-        tuple(m for p in pages for m in p.metadata_changes),
-        min(known) if known else None,
-    )
