@@ -15,7 +15,9 @@ export DELTAPORT_SHARED=${DELTAPORT_SHARED:-$(cd .. && pwd)/shared}
   src/deltaport/server/sharing/change_feed.py src/deltaport/server/sharing/answers.py  # the core and the change feed, strictly
 .venv/bin/vulture src/deltaport scripts/vulture_whitelist.py --min-confidence 60  # names nothing uses
 set +e
-.venv/bin/python -m pytest "$@"
+# Two worker processes, each test file in one (module fixtures such as the Spark cluster are made
+# once): much of the suite waits on servers and subprocesses, so the two overlap well.
+.venv/bin/python -m pytest -n "${DELTAPORT_TEST_WORKERS:-2}" --dist loadfile "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -29,9 +29,15 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     """The run fails when any captured line holds a secret the suite registered; the report names
-    where it was seen and which secret by label, never the secret."""
+    where it was seen and which secret by label, never the secret. A pytest-xdist worker hands its
+    findings to the controller (``workeroutput``), which reports them with its own."""
     logging.getLogger().removeHandler(capture)
-    leaks = find_leaks(capture.lines.items(), _secrets_used)
+    leaks = [str(leak) for leak in find_leaks(capture.lines.items(), _secrets_used)]
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output["secret_leaks"] = leaks
+        return
+    leaks += _worker_leaks
     if not leaks:
         return
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -44,6 +50,15 @@ def pytest_sessionfinish(session, exitstatus):
     reporter.ensure_newline()
     for line in lines:
         reporter.write_line(line, red=True)
+
+
+_worker_leaks: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """(pytest-xdist, in the controller) a worker's secret-scan findings join the controller's."""
+    _worker_leaks.extend(getattr(node, "workeroutput", {}).get("secret_leaks", []))
 
 
 @pytest.fixture(scope="session")

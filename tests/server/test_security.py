@@ -176,14 +176,16 @@ def test_the_scanner_flags_a_logged_secret_by_logger_and_never_prints_it():
         registry.add("abc")  # too short to scan for without false alarms
 
 
-def _inner_session(where: Path, test_file: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file]
+def _inner_session(where: Path, test_file: str, workers: list[str]) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, test_file]
     return subprocess.run(command, cwd=where, capture_output=True, text=True, timeout=120)
 
 
-def test_a_session_that_logs_a_registered_secret_fails(tmp_path):
-    """The root conftest's hooks, in a session of their own: a clean one passes, a leaky one fails,
-    and the report names the logger but not the secret."""
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist workers"])
+def test_a_session_that_logs_a_registered_secret_fails(tmp_path, workers):
+    """The root conftest's hooks, in a session of their own (and one whose tests run in pytest-xdist
+    workers, as the test script runs them): a clean one passes, a leaky one fails, and the report
+    names the logger but not the secret."""
     here = Path(__file__).resolve().parents[1]
     shutil.copy(here / "conftest.py", tmp_path / "conftest.py")
     shutil.copy(here / "secret_scan.py", tmp_path / "secret_scan.py")
@@ -198,10 +200,10 @@ def test_a_session_that_logs_a_registered_secret_fails(tmp_path):
         """
     )
     (tmp_path / "test_clean.py").write_text(test % ("quiet", "nothing secret"))
-    clean = _inner_session(tmp_path, "test_clean.py")
+    clean = _inner_session(tmp_path, "test_clean.py", workers)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     (tmp_path / "test_leaky.py").write_text(test % ("leaky", "inner-session-secret-42"))
-    leaky = _inner_session(tmp_path, "test_leaky.py")
+    leaky = _inner_session(tmp_path, "test_leaky.py", workers)
     out = leaky.stdout + leaky.stderr
     assert leaky.returncode == 1, out
     assert "1 passed" in out and "secret scan: 1 leak(s)" in out and "inner.leaky: 1 line(s) contain" in out
