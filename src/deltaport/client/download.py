@@ -61,6 +61,19 @@ _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
 Key = tuple[str, str, int]
 
 
+_buffers = threading.local()
+
+
+def _chunk_buffer() -> memoryview:
+    """This thread's buffer of :data:`CHUNK` bytes for streamed bodies: reused, so a large body
+    costs no fresh pages (the kernel zeroes every page of a new large allocation). Writers given
+    a slice of it must copy what they keep (files and ``BytesIO`` do)."""
+    view = getattr(_buffers, "view", None)
+    if view is None:
+        view = _buffers.view = memoryview(bytearray(CHUNK))
+    return view
+
+
 def describe(url: str) -> str:
     """A URL without its query string (signatures stay out of messages and logs)."""
     return url.split("?", 1)[0]
@@ -426,10 +439,10 @@ def _stream_get(
     def stream(response: http.client.HTTPResponse) -> int:
         if check is not None:
             check(response)
-        written = 0
-        while chunk := response.read(CHUNK):
-            out.write(chunk)
-            written += len(chunk)
+        written, view = 0, _chunk_buffer()
+        while count := response.readinto(view):
+            out.write(view[:count])
+            written += count
         if response.length:  # the peer closed before the length it announced
             raise http.client.IncompleteRead(b"", response.length)
         return written
@@ -441,8 +454,9 @@ def _stream_get(
 
 
 def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
-    """One GET of ``url`` streamed into ``out`` (``write`` is called with chunks of up to 8 MiB: the
-    socket read and the write run in C, the GIL released); returns the bytes written. Raises
+    """One GET of ``url`` streamed into ``out`` (``write`` is called with views of up to 8 MiB of a
+    buffer the thread reuses, so ``out`` copies what it keeps; the socket read and the write run in
+    C, the GIL released); returns the bytes written. Raises
     :func:`status_error`'s errors, or :class:`Transient` (see :func:`retrying`)."""
     key, _ = _key_and_target(url)
     if pool.proxied(key[0], key[1]):

@@ -336,6 +336,11 @@ class _ArrowWrite(_AtomicFile):
         except OSError as exc:
             raise describe_os_error(exc, area.root) from None
 
+    def write(self, data: Any) -> int:
+        # an Arrow output stream may keep a buffer it is given (uploads in the background), and the
+        # downloader's chunk buffer is reused: hand it bytes of its own
+        return super().write(bytes(data) if isinstance(data, memoryview) else data)
+
     def _publish(self) -> None:
         if self.tmp != self.final:
             self.area.fs.move(self.tmp, self.final)
