@@ -51,6 +51,37 @@ def test_symlink_out_of_the_table_is_refused(tmp_path):
         server.stop()
 
 
+def test_symlinks_that_stay_inside_are_served_and_the_root_may_be_reached_through_one(tmp_path):
+    """A link inside the table to another of its files, a linked partition folder inside it, and a
+    table whose configured location is itself a link: each file is served whole, with its bytes."""
+    real = tmp_path / "real"
+    shutil.copytree(TABLES / "basic_partitioned", real)
+    linked_file = next(real.glob("letter=a/*.parquet"))
+    original = linked_file.read_bytes()
+    kept = real / "kept.bin"
+    linked_file.rename(kept)
+    linked_file.symlink_to(kept)  # a file link that stays inside
+    folder = next(p for p in real.glob("letter=*") if p.name != "letter=a")
+    moved = real / "moved-folder"
+    folder.rename(moved)
+    folder.symlink_to(moved, target_is_directory=True)  # a folder link that stays inside
+    location = tmp_path / "via-link"
+    location.symlink_to(real, target_is_directory=True)
+    shares = [{"name": "s", "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(location)}]}]}]
+    server = RunningServer(create_app(parse_config({"version": 1, "shares": shares})))
+    try:
+        lines = httpx.post(server.url + "/delta-sharing/shares/s/schemas/d/tables/t/query", json={}).content
+        files = [orjson.loads(x)["file"] for x in lines.splitlines()[2:]]
+        assert len(files) > 2
+        for file in files:
+            answer = httpx.get(file["url"])
+            assert answer.status_code == 200 and len(answer.content) == file["size"], file["url"].split("?")[0]
+            if file["url"].split("?")[0].endswith(linked_file.name):
+                assert answer.content == original
+    finally:
+        server.stop()
+
+
 def test_sigv4_urls_of_a_replica_not_yet_changed_are_served_and_other_algorithms_refused(secrets_used):
     """A replica sharing tokenSecret that still signs file URLs with SigV4 (or a URL issued before
     the change): the server honours it until it expires; an unknown algorithm is a 403 naming it."""

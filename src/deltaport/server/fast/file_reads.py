@@ -26,6 +26,7 @@ tests/server/fast/test_file_reads.py.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
 import re
@@ -180,15 +181,19 @@ async def _disconnect(receive) -> None:
 
 def file_headers(info: os.stat_result) -> list[tuple[bytes, bytes]]:
     """The headers of a whole file's answer, as the route's file response sends them."""
-    mtime, size = info.st_mtime, info.st_size
+    return list(_file_headers(info.st_mtime, info.st_size))
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_headers(mtime: float, size: int) -> tuple[tuple[bytes, bytes], ...]:
     etag = hashlib.md5(f"{mtime}-{size}".encode(), usedforsecurity=False).hexdigest()
-    return [
+    return (
         (b"content-type", b"application/octet-stream"),
         (b"accept-ranges", b"bytes"),
         (b"content-length", str(size).encode()),
         (b"last-modified", formatdate(mtime, usegmt=True).encode()),
         (b"etag", f'"{etag}"'.encode()),
-    ]
+    )
 
 
 def _span(headers) -> tuple[Span] | None:

@@ -16,7 +16,8 @@ import hmac
 import os
 import secrets
 import stat
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,29 +87,64 @@ class FileAccess:
         return inside_file(shared, self.cache, rel)
 
 
-def table_path(shared: SharedTable, cache: SnapshotCache, rel: str) -> Path:
-    """What ``rel`` names inside the shared table's root, symlinks resolved: the one rule for
-    "inside" of the files this server serves (here and in the S3-compatible face)."""
+#: How long a table root's resolved path is reused: an operator re-pointing a symlink above a
+#: table's folder is seen within this many seconds.
+ROOT_TTL = 5.0
+_roots: dict[str, tuple[float, Path]] = {}
+
+
+def _local_root(shared: SharedTable, cache: SnapshotCache) -> Callable[[str], Path]:
     local = getattr(shared.delta(cache).store, "local_path", None)
     if local is None:
         raise ResourceNotFound("this table's files are served by its object store, not by this server")
+    return local
+
+
+def _real_root(root: Path) -> Path:
+    """``root`` with its symlinks resolved (remembered for :data:`ROOT_TTL` seconds)."""
+    now, key = time.monotonic(), os.fspath(root)
+    hit = _roots.get(key)
+    if hit is None or now - hit[0] > ROOT_TTL:
+        hit = _roots[key] = (now, root.resolve())
+    return hit[1]
+
+
+def table_path(shared: SharedTable, cache: SnapshotCache, rel: str) -> Path:
+    """What ``rel`` names inside the shared table's root, symlinks resolved: the one rule for
+    "inside" of the files this server serves (here and in the S3-compatible face)."""
+    local = _local_root(shared, cache)
     full = local(rel).resolve()
-    root = Path(local("")).resolve()
-    if not full.is_relative_to(root):  # a symlink must not lead outside the shared table
+    if not full.is_relative_to(_real_root(local(""))):  # a symlink must not lead outside the shared table
         raise PermissionDenied("this URL names a file outside the shared table")
     return full
 
 
+def _plain(root: Path, rel: str) -> tuple[Path, os.stat_result] | None:
+    """``root``/``rel`` and its status when no part of ``rel`` is a symlink (then it is inside ``root``
+    as written: one ``lstat`` a part, not :func:`table_path`'s walk from ``/``), else None."""
+    path, info = os.fspath(root), None
+    for part in rel.split("/"):
+        if part in ("", ".", ".."):
+            return None
+        path = f"{path}/{part}"
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            return None
+    return (Path(path), info) if info is not None else None
+
+
 def inside_file(shared: SharedTable, cache: SnapshotCache, rel: str) -> tuple[Path, os.stat_result]:
     """The regular file ``rel`` names inside the shared table's root (:func:`table_path`)."""
-    full = table_path(shared, cache, rel)
     try:
-        info = full.stat()
+        found = _plain(_real_root(_local_root(shared, cache)("")), rel)
+        if found is None:  # a symlink on the way: resolved, and it must stay inside
+            full = table_path(shared, cache, rel)
+            found = full, full.stat()
     except OSError:
-        info = None
-    if info is None or not stat.S_ISREG(info.st_mode):
+        found = None
+    if found is None or not stat.S_ISREG(found[1].st_mode):
         raise ResourceNotFound(f"file not found: {rel}")
-    return full, info
+    return found
 
 
 def note_download(shared: SharedTable) -> None:

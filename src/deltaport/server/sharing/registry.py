@@ -6,6 +6,7 @@ stored as SHA-256 digests and compared in constant time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import threading
@@ -75,6 +76,7 @@ def _principal(recipient: RecipientConfig, token_digest: bytes | None = None) ->
     return Principal(recipient.name, frozenset(recipient.shares), recipient.properties, token_digest)
 
 
+@functools.lru_cache(maxsize=4096)  # every request for a file URL asks it
 def recipient_key(name: str) -> str:
     """Names a recipient in the server's own file URLs (opaque, URL-safe)."""
     return hashlib.sha256(f"recipient\x00{name}".lower().encode()).hexdigest()[:16]
