@@ -8,7 +8,7 @@ that names its columns keeps:
 * ``<key>.part.parquet``: a compact entry (:mod:`deltaport.spark.chunks`) with the needed
   chunks. A later query it covers uses it as is; one it does not cover makes a new entry for
   the union of columns and row groups, copying the chunks it already holds and fetching the
-  rest (ranges closer than 1 MiB in one GET), written aside and renamed.
+  rest (ranges closer than :data:`~deltaport.spark.chunks.GAP` in one GET), written aside and renamed.
 
 A valid whole-file entry always wins. When the needed bytes are most of the file (80 %), the
 whole file is fetched instead. A store that ignores ``Range`` answers the first GET with the
