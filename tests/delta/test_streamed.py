@@ -18,7 +18,7 @@ from deltaport.delta.streamed import Place, StreamedSnapshot
 from deltaport.storage.local import LocalStore
 
 TABLES = Path(os.environ.get("DELTAPORT_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "delta-tables"
-WITH_PARQUET_CHECKPOINTS = [
+WITH_CHECKPOINTS = [  # parquet ones, and v2 checkpoints in JSON (with parquet sidecars or not)
     "app-txn-checkpoint",
     "external-table-different-nullability",
     "parquet_row_group_skipping",
@@ -26,12 +26,16 @@ WITH_PARQUET_CHECKPOINTS = [
     "v1-multi-part-partitioned-struct-stats-only",
     "v1-multi-part-struct-stats-only",
     "v1-single-part-struct-stats-only",
+    "v2-checkpoints-json-with-last-checkpoint",
+    "v2-checkpoints-json-with-sidecars",
+    "v2-checkpoints-json-without-sidecars",
     "v2-checkpoints-parquet-with-last-checkpoint",
     "v2-checkpoints-parquet-with-sidecars",
     "v2-checkpoints-parquet-without-sidecars",
     "v2-classic-checkpoint-json",
     "v2-classic-checkpoint-parquet",
     "v2-classic-parquet-struct-stats-only",
+    "v2-json-sidecars-struct-stats-only",
     "v2-parquet-sidecars-struct-stats-only",
     "with_checkpoint_no_last_checkpoint",
 ]
@@ -76,7 +80,7 @@ def _joined(stream: StreamedSnapshot, start: Place = Place(0, 0)) -> tuple[pa.Ta
     return pa.concat_tables([p.snapshot.live for p in pieces]).combine_chunks(), places
 
 
-@pytest.mark.parametrize("name", WITH_PARQUET_CHECKPOINTS)
+@pytest.mark.parametrize("name", WITH_CHECKPOINTS)
 def test_pieces_are_the_whole_replay_in_order(name, monkeypatch):
     monkeypatch.setattr(streamed_module, "PIECE_ROWS", 2)  # many pieces, even on small tables
     whole = _whole(TABLES / name)
@@ -98,6 +102,20 @@ def test_resuming_at_any_place_lists_the_rest(generated, monkeypatch):
         rest, _ = _joined(stream, places[i])
         assert rest is not None and rest.column("_key").to_pylist() == keys[i:], i
     assert _joined(stream, stream.end) == (None, [])
+
+
+@pytest.mark.parametrize("name", ["v2-checkpoints-json-with-sidecars", "v2-checkpoints-json-without-sidecars"])
+def test_a_json_v2_checkpoint_resumes_at_every_place(name, monkeypatch):
+    """Its own adds are a source read whole, its parquet sidecars sources of their own."""
+    monkeypatch.setattr(streamed_module, "PIECE_ROWS", 1)
+    stream = _streamed(TABLES / name)
+    assert stream.sources[0].endswith(".json")
+    live, places = _joined(stream)
+    assert live is not None
+    keys = live.column("_key").to_pylist()
+    for i, place in enumerate(places):
+        rest, _ = _joined(stream, place)
+        assert rest is not None and rest.column("_key").to_pylist() == keys[i:], place
 
 
 def test_files_removed_after_the_checkpoint_are_not_listed(generated):

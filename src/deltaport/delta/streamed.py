@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from deltaport.delta.arrow_util import np_bool_array, select_rows
 from deltaport.delta.checkpoint import checkpoint_adds, sidecar_relpath
+from deltaport.delta.commit_json import parse_actions
 from deltaport.delta.replay import KEY, with_keys
 from deltaport.delta.snapshot import Snapshot
 from deltaport.delta.table_config import TableConfig
@@ -75,7 +76,7 @@ class StreamedSnapshot:
     config: TableConfig
     timestamp: int | None
     store: ObjectStore
-    sources: tuple[str, ...]  # the checkpoint's parquet files, in order
+    sources: tuple[str, ...]  # the checkpoint's files, in order (parquet, or a JSON v2 checkpoint)
     later: pa.Table  # the later commits' surviving adds, with ``_key``, in commit order
     touched: pa.Array  # every key a later commit adds or removes
 
@@ -96,6 +97,9 @@ class StreamedSnapshot:
 
     def _checkpoint_pieces(self, source: int, first: int) -> Iterator[Piece]:
         path = self.sources[source]
+        if _is_json(path):
+            yield from self._json_pieces(source, first)
+            return
         try:
             parquet = pq.ParquetFile(open_parquet(self.store, path))
             meta = parquet.metadata
@@ -116,6 +120,17 @@ class StreamedSnapshot:
         except (OSError, pa.ArrowException) as exc:
             raise CorruptLog(f"checkpoint {path} cannot be read", table=self.table_uri, detail=str(exc)) from exc
 
+    def _json_pieces(self, source: int, first: int) -> Iterator[Piece]:
+        """The add actions written in a JSON v2 checkpoint itself (its sidecars are sources of their
+        own), from its ``first`` on: the file is read whole, as it holds few of them."""
+        path = self.sources[source]
+        adds = _json_checkpoint(self.store, path, self.config.physical_partition_columns, self.table_uri)[0]
+        for start in range(first, adds.num_rows, PIECE_ROWS):
+            part = adds.slice(start, PIECE_ROWS)
+            piece = self._untouched(with_keys(part, self.table_uri), source, np.arange(start, start + part.num_rows))
+            if piece is not None:
+                yield piece
+
     def _live_rows(self, adds: pa.StructArray, source: int, first_row: int, path: str) -> Piece | None:
         """The piece of checkpoint rows ``adds`` (the first at ``first_row``): its add actions
         that no later commit touched."""
@@ -126,6 +141,10 @@ class StreamedSnapshot:
         adds = adds.filter(np_bool_array(present)) if not present.all() else adds
         pv = self.config.physical_partition_columns
         live = with_keys(checkpoint_adds(adds, pv, path, self.table_uri), self.table_uri)
+        return self._untouched(live, source, rows)
+
+    def _untouched(self, live: pa.Table, source: int, rows: np.ndarray) -> Piece | None:
+        """The piece of ``live`` (at ``rows`` of ``source``) without the files a later commit touched."""
         if len(self.touched):
             kept = ~np.asarray(pc.is_in(live.column(KEY), value_set=self.touched), dtype=bool)
             if not kept.all():
@@ -139,22 +158,40 @@ class StreamedSnapshot:
 
 
 def checkpoint_sources(store: ObjectStore, parts: tuple[str, ...]) -> tuple[tuple[str, ...], int]:
-    """The parquet files that hold a checkpoint's actions, in order (each part, then the sidecars
-    it names), and their rows, from their footers. CorruptLog when one cannot be read."""
+    """The files that hold a checkpoint's actions, in order (each part, then the sidecars it names),
+    and their rows: parquet ones from their footers, a JSON v2 checkpoint by reading it. CorruptLog
+    when one cannot be read."""
     sources: list[str] = []
     rows = 0
     for path in parts:
         try:
-            parquet = pq.ParquetFile(open_parquet(store, path))
-            sidecars = _sidecars(parquet) if "sidecar" in parquet.schema_arrow.names else []
+            if _is_json(path):
+                adds, sidecars = _json_checkpoint(store, path, [], None)
+                rows += adds.num_rows
+            else:
+                parquet = pq.ParquetFile(open_parquet(store, path))
+                sidecars = _sidecars(parquet) if "sidecar" in parquet.schema_arrow.names else []
+                rows += parquet.metadata.num_rows
             sources.append(path)
-            rows += parquet.metadata.num_rows
             for sidecar in sidecars:
                 sources.append(sidecar)
                 rows += pq.ParquetFile(open_parquet(store, sidecar)).metadata.num_rows
         except (OSError, pa.ArrowException, ObjectNotFound) as exc:
             raise CorruptLog(f"checkpoint {path} or a sidecar it names cannot be read", detail=str(exc)) from exc
     return tuple(sources), rows
+
+
+def _is_json(path: str) -> bool:
+    return path.endswith(".json")
+
+
+def _json_checkpoint(store: ObjectStore, path: str, pv: list[str], table: str | None) -> tuple[pa.Table, list[str]]:
+    """A JSON v2 checkpoint's own add actions, and the sidecars it names (relative to the table)."""
+    try:
+        actions = parse_actions(store.read(path), pv, where=path, table=table)
+    except ObjectNotFound as exc:
+        raise CorruptLog(f"checkpoint {path} disappeared while reading", table=table) from exc
+    return actions.adds, [sidecar_relpath(sidecar.get("path") or "", table) for sidecar in actions.sidecars]
 
 
 def _sidecars(parquet: pq.ParquetFile) -> list[str]:

@@ -25,7 +25,7 @@ from deltaport.delta.commit_json import (
     peek_protocol_metadata,
 )
 from deltaport.delta.history import CommitHistory, to_epoch_ms
-from deltaport.delta.log_path import LogFile
+from deltaport.delta.log_path import LogFile, LogFileKind
 from deltaport.delta.log_segment import LogListing, LogSegment, build_segment, list_log, list_log_from_hint
 from deltaport.delta.replay import replay, touched_keys, with_keys
 from deltaport.delta.snapshot import Snapshot
@@ -299,11 +299,11 @@ class DeltaTable:
         return self.snapshot(version)
 
     def _streamed(self, segment: LogSegment, above: int) -> StreamedSnapshot | None:
-        """``segment`` as a streamed snapshot, when its checkpoint is parquet files with at least
-        ``above`` rows and its footers read; else None (a whole snapshot, which also falls back
-        from a corrupt checkpoint)."""
+        """``segment`` as a streamed snapshot, when its checkpoint (parquet files, or a v2 one in JSON)
+        holds at least ``above`` rows and its footers read; else None (a whole snapshot, which also
+        falls back from a corrupt checkpoint)."""
         parts = segment.checkpoint_parts
-        if not parts or any(p.fmt != "parquet" for p in parts):
+        if not parts or any(p.fmt != "parquet" and p.kind is not LogFileKind.CHECKPOINT_V2 for p in parts):
             return None
         try:
             sources, rows = checkpoint_sources(self.store, tuple(p.path for p in parts))

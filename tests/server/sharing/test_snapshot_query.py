@@ -57,6 +57,7 @@ def _config(big: Path, stream_above: int) -> dict:
         {"name": "big", "location": str(big)},
         {"name": "multipart", "location": str(TABLES / "v1-multi-part-partitioned-struct-stats-only")},
         {"name": "sidecars", "location": str(TABLES / "v2-checkpoints-parquet-with-sidecars")},
+        {"name": "json_v2", "location": str(TABLES / "v2-checkpoints-json-with-sidecars")},
     ]
     return {
         "version": 1,
@@ -141,7 +142,7 @@ ID_BETWEEN = {
     [{}, {"limitHint": 25_000}, {"jsonPredicateHints": json.dumps(ID_BETWEEN)}, {"predicateHints": ["part = 'p0007'"]}],
     ids=["all", "limit", "json-predicate", "sql-predicate"],
 )
-@pytest.mark.parametrize("table", ["big", "multipart", "sidecars"])
+@pytest.mark.parametrize("table", ["big", "multipart", "sidecars", "json_v2"])
 def test_a_streamed_query_answers_what_the_whole_one_does(servers, table, body, monkeypatch):
     whole, streamed = servers
     monkeypatch.setattr(streamed_module, "PIECE_ROWS", 700)  # the server runs in this process
