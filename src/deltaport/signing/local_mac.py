@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
 
 from deltaport.errors import PermissionDenied
 from deltaport.signing.base import check_expires_in
@@ -39,8 +38,7 @@ from deltaport.signing.sigv4 import (
     PresignedRequest,
     _secret_bytes,
     _uri_encode,
-    canonical_host,
-    check_scope_parts,
+    presign_endpoint,
     read_presigned,
     sigv4_signature,
 )
@@ -112,12 +110,7 @@ class MacPresigner:
     """
 
     def __init__(self, endpoint_url: str, access_key: str, secret: str | bytes, *, region: str, service: str) -> None:
-        parts = urlsplit(endpoint_url)
-        if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"endpoint must be an http(s) URL, got {endpoint_url!r}")
-        check_scope_parts(access_key, region, service)
-        self.endpoint = f"{parts.scheme}://{parts.netloc}"
-        self.host = canonical_host(parts.netloc, parts.scheme)
+        self.endpoint, self.host = presign_endpoint(endpoint_url, access_key, region, service)
         self.access_key = access_key
         self.region = region
         self.service = service

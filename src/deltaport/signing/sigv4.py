@@ -116,6 +116,16 @@ def check_scope_parts(access_key: str, region: str, service: str) -> None:
         raise ValueError("region and service must be non-empty and must not contain '/'")
 
 
+def presign_endpoint(endpoint_url: str, access_key: str, region: str, service: str) -> tuple[str, str]:
+    """``scheme://host[:port]`` of a presigner's endpoint and its canonical host; ValueError when the
+    endpoint is not an http(s) URL or a credential scope part is not allowed."""
+    parts = urlsplit(endpoint_url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"endpoint must be an http(s) URL, got {endpoint_url!r}")
+    check_scope_parts(access_key, region, service)
+    return f"{parts.scheme}://{parts.netloc}", canonical_host(parts.netloc, parts.scheme)
+
+
 class SigV4Presigner:
     """Presigns GET URLs against one endpoint (``scheme://host[:port]``) with SigV4.
 
@@ -133,12 +143,7 @@ class SigV4Presigner:
         service: str = "s3",
         session_token: str | None = None,
     ) -> None:
-        parts = urlsplit(endpoint_url)
-        if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"endpoint must be an http(s) URL, got {endpoint_url!r}")
-        check_scope_parts(access_key, region, service)
-        self.endpoint = f"{parts.scheme}://{parts.netloc}"
-        self.host = canonical_host(parts.netloc, parts.scheme)
+        self.endpoint, self.host = presign_endpoint(endpoint_url, access_key, region, service)
         self.access_key = access_key
         self.region = region
         self.service = service
