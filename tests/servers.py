@@ -3,6 +3,7 @@ thread, and `deltaport serve` as a process."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -161,34 +162,30 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 AZURITE_VERSION = "3.35.0"
 
 
+def _installed_azurite() -> Path:
+    """Azurite's blob server, installed with npm into .cache on first use. The suite's worker
+    processes may all ask at once: the install is made under a lock, by the first to get it."""
+    cache = Path(__file__).resolve().parents[1] / ".cache" / "azurite"
+    exe = cache / "node_modules" / ".bin" / "azurite-blob"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache.parent / "azurite.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not exe.exists():
+            npm = shutil.which("npm")
+            if npm is None:
+                raise RuntimeError("npm is needed to install Azurite for the Azure tests")
+            install = [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", "--silent"]
+            subprocess.run([*install, f"azurite@{AZURITE_VERSION}"], check=True, timeout=600)
+    return exe
+
+
 class AzuriteServer:
     """Azurite's blob service on 127.0.0.1 (installed with npm on first use); it checks SAS signatures."""
 
     account = "devstoreaccount1"
 
     def __init__(self, workdir: Path) -> None:
-        cache = Path(__file__).resolve().parents[1] / ".cache" / "azurite"
-        exe = cache / "node_modules" / ".bin" / "azurite-blob"
-        if not exe.exists():
-            npm = shutil.which("npm")
-            if npm is None:
-                raise RuntimeError("npm is needed to install Azurite for the Azure tests")
-            cache.mkdir(parents=True, exist_ok=True)
-            subprocess.run(
-                [
-                    npm,
-                    "install",
-                    "--prefix",
-                    str(cache),
-                    "--no-audit",
-                    "--no-fund",
-                    "--silent",
-                    f"azurite@{AZURITE_VERSION}",
-                ],
-                check=True,
-                timeout=600,
-            )
-        self.exe, self.workdir = exe, workdir
+        self.exe, self.workdir = _installed_azurite(), workdir
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}/{self.account}"
         self.start()
