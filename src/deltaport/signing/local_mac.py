@@ -38,6 +38,7 @@ from deltaport.signing.sigv4 import (
     PresignedRequest,
     _secret_bytes,
     _uri_encode,
+    check_presigned,
     presign_endpoint,
     read_presigned,
     sigv4_signature,
@@ -184,13 +185,8 @@ def verify_file_url(
             f"unsupported X-Amz-Algorithm {request.algorithm!r}: this server's file URLs are signed "
             f"with {MAC_ALGORITHM} (or {ALGORITHM}); query the table again for a current URL"
         )
-    secret = secret_lookup(request.access_key)
-    if secret is None:
-        raise PermissionDenied(f"unknown access key {request.access_key!r}")
     if request.algorithm == MAC_ALGORITHM:
-        expected = mac_signature(request, secret)
-    else:
-        expected = sigv4_signature(request, "GET", secret)
-    request.check_signature(expected)
-    request.check_lifetime(now, max_skew)
-    return request.access_key
+        return check_presigned(request, secret_lookup, lambda secret: mac_signature(request, secret), now, max_skew)
+    return check_presigned(
+        request, secret_lookup, lambda secret: sigv4_signature(request, "GET", secret), now, max_skew
+    )

@@ -386,9 +386,24 @@ def verify_presigned(
     request = read_presigned(host, path, query_string, region=region, service=service)
     if request.algorithm != ALGORITHM:
         raise PermissionDenied(f"unsupported X-Amz-Algorithm {request.algorithm!r}: expected {ALGORITHM}")
+    return check_presigned(
+        request, secret_lookup, lambda secret: sigv4_signature(request, method, secret), now, max_skew
+    )
+
+
+def check_presigned(
+    request: PresignedRequest,
+    secret_lookup: Callable[[str], str | bytes | None],
+    signature: Callable[[str | bytes], str],
+    now: float | None,
+    max_skew: int,
+) -> str:
+    """The checks every presigned request ends with, whatever its algorithm: its key is known, its
+    signature is ``signature(secret)`` (constant time), and it is neither future-dated nor expired.
+    Returns its access key id; PermissionDenied naming the problem."""
     secret = secret_lookup(request.access_key)
     if secret is None:
         raise PermissionDenied(f"unknown access key {request.access_key!r}")
-    request.check_signature(sigv4_signature(request, method, secret))
+    request.check_signature(signature(secret))
     request.check_lifetime(now, max_skew)
     return request.access_key
