@@ -119,6 +119,17 @@ def test_verify_with_host_from_base_url_and_a_stripped_prefix(signer):
         signer.verify("GET", None, b"/other/share.schema.table/x/y.parquet", query, now=NOW)
 
 
+@pytest.mark.parametrize("base", ["http://files.example:443", "https://files.example:80", "http://files.example:80"])
+def test_a_url_on_the_other_schemes_default_port_verifies_with_its_host_header(base):
+    """The verifier sees a Host header, not the scheme (TLS may end at a proxy): it counts both
+    :80 and :443 as default, and the signer signs the host the same way."""
+    signer = LocalFileSigner(base, "t1", "deltaport", SECRET)
+    url = signer.sign("x.parquet", expires_in=60, now=NOW).url
+    host, raw_path, query = _request_parts(url)
+    assert signer.verify("GET", urlsplit(base).netloc, raw_path, query, now=NOW) == ("t1", "x.parquet")
+    assert signer.verify("GET", None, raw_path, query, now=NOW) == ("t1", "x.parquet")
+
+
 def test_verify_returns_the_table_key_from_the_url(signer):
     other = signer.for_table("share.schema.other")
     url = other.sign("x.parquet", expires_in=60, now=NOW).url

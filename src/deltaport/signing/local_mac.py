@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+from urllib.parse import urlsplit
 
 from deltaport.errors import PermissionDenied
 from deltaport.signing.base import check_expires_in
@@ -38,6 +39,7 @@ from deltaport.signing.sigv4 import (
     PresignedRequest,
     _secret_bytes,
     _uri_encode,
+    canonical_host,
     check_presigned,
     presign_endpoint,
     read_presigned,
@@ -111,7 +113,10 @@ class MacPresigner:
     """
 
     def __init__(self, endpoint_url: str, access_key: str, secret: str | bytes, *, region: str, service: str) -> None:
-        self.endpoint, self.host = presign_endpoint(endpoint_url, access_key, region, service)
+        self.endpoint, _ = presign_endpoint(endpoint_url, access_key, region, service)
+        # signed as the verifier will see it: a Host header, whose scheme is unknown there (TLS may
+        # end at a proxy), so both :80 and :443 count as default ports
+        self.host = canonical_host(urlsplit(endpoint_url).netloc)
         self.access_key = access_key
         self.region = region
         self.service = service
