@@ -126,7 +126,6 @@ def test_a_url_on_the_other_schemes_default_port_verifies_with_its_host_header(b
     signer = LocalFileSigner(base, "t1", "deltaport", SECRET)
     url = signer.sign("x.parquet", expires_in=60, now=NOW).url
     host, raw_path, query = _request_parts(url)
-    assert host == urlsplit(base).netloc  # the Host header a client sends for this URL
     assert signer.verify("GET", host, raw_path, query, now=NOW) == ("t1", "x.parquet")
     assert signer.verify("GET", None, raw_path, query, now=NOW) == ("t1", "x.parquet")
 
