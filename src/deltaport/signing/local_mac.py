@@ -23,11 +23,9 @@ half of SigV4's two SHA-256 passes and HMAC.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,6 +41,7 @@ from deltaport.signing.sigv4 import (
     check_presigned,
     presign_endpoint,
     read_presigned,
+    scoped_key,
     sigv4_signature,
 )
 
@@ -51,15 +50,10 @@ __all__ = ["MAC_ALGORITHM", "MacBatch", "MacPresigner", "derive_mac_key", "mac_s
 MAC_ALGORITHM = "DELTAPORT-BLAKE2B"
 
 _blake2b = hashlib.blake2b
-_hmac_digest = hmac.digest
 
 
-@lru_cache(maxsize=64)
 def _derive(secret: bytes, datestamp: str, region: str, service: str) -> bytes:
-    key = _hmac_digest(MAC_ALGORITHM.encode() + secret, datestamp.encode("utf-8"), "sha256")
-    key = _hmac_digest(key, region.encode("utf-8"), "sha256")
-    key = _hmac_digest(key, service.encode("utf-8"), "sha256")
-    return _hmac_digest(key, b"deltaport_request", "sha256")
+    return scoped_key(secret, datestamp, region, service, head=MAC_ALGORITHM.encode(), end=b"deltaport_request")
 
 
 def derive_mac_key(secret: str | bytes, datestamp: str, region: str, service: str) -> bytes:

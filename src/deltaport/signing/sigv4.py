@@ -42,6 +42,7 @@ __all__ = [
     "check_scope_parts",
     "derive_signing_key",
     "read_presigned",
+    "scoped_key",
     "sigv4_signature",
     "uri_encode_path",
     "verify_presigned",
@@ -83,16 +84,20 @@ def _secret_bytes(secret: str | bytes) -> bytes:
 
 
 @lru_cache(maxsize=256)
-def _derive(secret: bytes, datestamp: str, region: str, service: str) -> bytes:
-    k_date = _hmac_digest(b"AWS4" + secret, datestamp.encode("utf-8"), "sha256")
+def scoped_key(
+    secret: bytes, datestamp: str, region: str, service: str, *, head: bytes = b"AWS4", end: bytes = b"aws4_request"
+) -> bytes:
+    """A key for one day, region and service: HMAC-SHA256 of the date under ``head + secret``, then
+    of the region, the service and ``end`` under each result (SigV4's signing key by default)."""
+    k_date = _hmac_digest(head + secret, datestamp.encode("utf-8"), "sha256")
     k_region = _hmac_digest(k_date, region.encode("utf-8"), "sha256")
     k_service = _hmac_digest(k_region, service.encode("utf-8"), "sha256")
-    return _hmac_digest(k_service, b"aws4_request", "sha256")
+    return _hmac_digest(k_service, end, "sha256")
 
 
 def derive_signing_key(secret: str | bytes, datestamp: str, region: str, service: str) -> bytes:
     """The SigV4 signing key for one day (``YYYYMMDD``), region and service."""
-    return _derive(_secret_bytes(secret), datestamp, region, service)
+    return scoped_key(_secret_bytes(secret), datestamp, region, service)
 
 
 def canonical_host(netloc: str, scheme: str | None = None) -> str:
@@ -163,7 +168,7 @@ class SigV4Presigner:
 
     def signing_key(self, datestamp: str) -> bytes:
         if datestamp != self._key_date:
-            self._key = _derive(self._secret, datestamp, self.region, self.service)
+            self._key = scoped_key(self._secret, datestamp, self.region, self.service)
             self._key_date = datestamp
         return self._key
 
