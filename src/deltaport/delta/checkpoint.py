@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from deltaport.delta.actions import DV_TYPE, TAGS_TYPE, Metadata, Protocol, file_schema
 from deltaport.delta.arrow_util import np_array, select_rows
-from deltaport.delta.commit_json import empty_file_table, parse_actions
+from deltaport.delta.commit_json import ActionFile, empty_file_table, parse_actions
 from deltaport.delta.log_path import SIDECAR_DIR, LogFile, LogFileKind
 from deltaport.errors import CorruptLog, DeltaportError, ObjectNotFound
 from deltaport.storage.base import ObjectStore
@@ -241,6 +241,16 @@ def sidecar_relpath(path: str, table: str | None = None) -> str:
     return path if "/" in path else f"{SIDECAR_DIR}/{path}"
 
 
+def read_json_checkpoint(store: ObjectStore, path: str, pv_columns: list[str], table: str | None) -> ActionFile:
+    """The actions of a v2 checkpoint written in JSON (its own adds, protocol, metadata, the
+    sidecars it names...); CorruptLog when it disappeared."""
+    try:
+        data = store.read(path)
+    except ObjectNotFound as exc:
+        raise CorruptLog(f"checkpoint {path} disappeared while reading", table=table) from exc
+    return parse_actions(data, pv_columns, where=path, table=table)
+
+
 def read_checkpoint(
     store: ObjectStore, parts: list[LogFile], pv_columns: list[str] | None, *, table: str | None = None
 ) -> CheckpointData:
@@ -255,11 +265,7 @@ def read_checkpoint(
     sidecars: list[dict[str, Any]] = []
     for part in parts:
         if part.kind is LogFileKind.CHECKPOINT_V2 and part.fmt == "json":
-            try:
-                data = store.read(part.path)
-            except ObjectNotFound as exc:
-                raise CorruptLog(f"checkpoint {part.path} disappeared while reading", table=table) from exc
-            af = parse_actions(data, pv_columns or [], where=part.path, table=table)
+            af = read_json_checkpoint(store, part.path, pv_columns or [], table)
             out.protocol = af.protocol or out.protocol
             out.metadata = af.metadata or out.metadata
             out.txns.extend(af.txns)
@@ -309,7 +315,7 @@ def checkpoint_metadata_only(store: ObjectStore, parts: list[LogFile], *, table:
     out = CheckpointData(parts[0].version, empty_file_table("add", []))
     for part in parts:
         if part.kind is LogFileKind.CHECKPOINT_V2 and part.fmt == "json":
-            af = parse_actions(store.read(part.path), [], where=part.path, table=table)
+            af = read_json_checkpoint(store, part.path, [], table)
             out.protocol = af.protocol or out.protocol
             out.metadata = af.metadata or out.metadata
             continue
@@ -339,5 +345,6 @@ __all__ = [
     "checkpoint_adds",
     "checkpoint_metadata_only",
     "read_checkpoint",
+    "read_json_checkpoint",
     "sidecar_relpath",
 ]

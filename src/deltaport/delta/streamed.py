@@ -25,8 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltaport.delta.arrow_util import np_bool_array, select_rows
-from deltaport.delta.checkpoint import checkpoint_adds, sidecar_relpath
-from deltaport.delta.commit_json import parse_actions
+from deltaport.delta.checkpoint import checkpoint_adds, read_json_checkpoint, sidecar_relpath
 from deltaport.delta.replay import KEY, with_keys
 from deltaport.delta.snapshot import Snapshot
 from deltaport.delta.table_config import TableConfig
@@ -187,10 +186,7 @@ def _is_json(path: str) -> bool:
 
 def _json_checkpoint(store: ObjectStore, path: str, pv: list[str], table: str | None) -> tuple[pa.Table, list[str]]:
     """A JSON v2 checkpoint's own add actions, and the sidecars it names (relative to the table)."""
-    try:
-        actions = parse_actions(store.read(path), pv, where=path, table=table)
-    except ObjectNotFound as exc:
-        raise CorruptLog(f"checkpoint {path} disappeared while reading", table=table) from exc
+    actions = read_json_checkpoint(store, path, pv, table)
     return actions.adds, [sidecar_relpath(sidecar.get("path") or "", table) for sidecar in actions.sidecars]
 
 
