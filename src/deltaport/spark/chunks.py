@@ -92,9 +92,8 @@ def footer_chunks(footer: Footer, groups: Iterable[int], leaves: Iterable[int]) 
         row_group = footer.arrow.row_group(group)
         for leaf in sorted(set(leaves)):
             column = row_group.column(leaf)
-            data = column.data_page_offset
             dictionary = column.dictionary_page_offset if column.has_dictionary_page else None
-            start = min(data, dictionary) if dictionary is not None and dictionary > 0 else data
+            start = _chunk_start(column.data_page_offset, dictionary)
             out.append(Chunk(group, leaf, start, column.total_compressed_size))
     return sorted(out, key=lambda c: (c.group, c.start))
 
@@ -103,10 +102,16 @@ def _chunk(column: Struct, group: int, leaf: int) -> Chunk:
     meta = column.get(pf.CC_META)
     if meta is None:
         raise FooterError("a column chunk without metadata (an encrypted file?)")
-    data = meta.get(pf.CMD_DATA_PAGE)
-    dictionary = meta.get(pf.CMD_DICT_PAGE)
-    start = min(data, dictionary) if dictionary is not None and dictionary > 0 else data
+    start = _chunk_start(meta.get(pf.CMD_DATA_PAGE), meta.get(pf.CMD_DICT_PAGE))
     return Chunk(group, leaf, start, meta.get(pf.CMD_COMPRESSED))
+
+
+def _chunk_start(data_page: int, dictionary_page: int | None) -> int:
+    """Where a column chunk's bytes start: its dictionary page when it has one (an offset of 0 is
+    a writer's way of saying none), else its first data page."""
+    if dictionary_page is not None and dictionary_page > 0:
+        return min(data_page, dictionary_page)
+    return data_page
 
 
 def _columns(tree: Struct, group: int) -> list[Struct]:
