@@ -93,7 +93,9 @@ ROOT_TTL = 5.0
 _roots: dict[str, tuple[float, Path]] = {}
 
 
-def _local_root(shared: SharedTable, cache: SnapshotCache) -> Callable[[str], Path]:
+def _local_path(shared: SharedTable, cache: SnapshotCache) -> Callable[[str], Path]:
+    """The table's ``local_path`` (a relative path to its file-system path); ResourceNotFound for a
+    table on an object store."""
     local = getattr(shared.delta(cache).store, "local_path", None)
     if local is None:
         raise ResourceNotFound("this table's files are served by its object store, not by this server")
@@ -112,7 +114,7 @@ def _real_root(root: Path) -> Path:
 def table_path(shared: SharedTable, cache: SnapshotCache, rel: str) -> Path:
     """What ``rel`` names inside the shared table's root, symlinks resolved: the one rule for
     "inside" of the files this server serves (here and in the S3-compatible face)."""
-    local = _local_root(shared, cache)
+    local = _local_path(shared, cache)
     full = local(rel).resolve()
     if not full.is_relative_to(_real_root(local(""))):  # a symlink must not lead outside the shared table
         raise PermissionDenied("this URL names a file outside the shared table")
@@ -136,7 +138,7 @@ def _plain(root: Path, rel: str) -> tuple[Path, os.stat_result] | None:
 def inside_file(shared: SharedTable, cache: SnapshotCache, rel: str) -> tuple[Path, os.stat_result]:
     """The regular file ``rel`` names inside the shared table's root (:func:`table_path`)."""
     try:
-        found = _plain(_real_root(_local_root(shared, cache)("")), rel)
+        found = _plain(_real_root(_local_path(shared, cache)("")), rel)
         if found is None:  # a symlink on the way: resolved, and it must stay inside
             full = table_path(shared, cache, rel)
             found = full, full.stat()
