@@ -16,7 +16,15 @@ from conftest import TABLES
 from deltaport.delta import DeltaTable, SnapshotCache
 from deltaport.demo import build_demo_tables
 from deltaport.server.fast.columnar_lines import ColumnarLines
-from deltaport.server.fast.file_keys import AS_IS, ENCODE, ORDINARY, KeyingPool, key_files, key_packed
+from deltaport.server.fast.file_keys import (
+    AS_IS,
+    ENCODE,
+    ORDINARY,
+    WORKER_ALLOCATOR,
+    KeyingPool,
+    key_files,
+    key_packed,
+)
 from deltaport.server.sharing.translate import FileLineMaker
 from deltaport.signing import LocalFileSigner
 
@@ -112,6 +120,23 @@ def test_a_hung_worker_is_not_waited_for(monkeypatch):
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         hung.close()
+
+
+def test_workers_start_with_their_allocator_settings_and_the_server_keeps_its_own(monkeypatch):
+    monkeypatch.delenv("PYTHONMALLOC", raising=False)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")  # an operator's setting wins
+    before = dict(os.environ)
+    two = _running(KeyingPool(2))
+    try:
+        assert os.environ == before
+        executor = two._executor
+        assert executor is not None
+        for _ in range(4):  # both processes answer (a busy one leaves the next call to the other)
+            assert executor.submit(os.getenv, "PYTHONMALLOC").result(timeout=60) == WORKER_ALLOCATOR["PYTHONMALLOC"]
+            assert executor.submit(os.getenv, "MALLOC_TRIM_THRESHOLD_").result(timeout=60) == "12345"
+        assert len(two.worker_pids()) == 2
+    finally:
+        two.close()
 
 
 def test_no_processes_means_no_worker():
