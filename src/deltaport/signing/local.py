@@ -1,11 +1,11 @@
 """URLs for files the sharing server serves itself (tables on a local file system).
 
 The official client's Delta path (delta-kernel-rs) fetches a URL over HTTP only when its query
-looks presigned, so these URLs have a SigV4 presigned query (service ``s3``) whose signature is a
-keyed BLAKE2b-256 under the server's own key (algorithm ``DELTAPORT-BLAKE2B``, see
-:mod:`deltaport.signing.local_mac`), and the server's file endpoint checks them with
-:meth:`LocalFileSigner.verify`, which also accepts SigV4-signed ones (``AWS4-HMAC-SHA256``, issued
-before) until they expire.
+looks presigned, so these URLs have a short query in SigV4's parameter names whose signature is a
+keyed BLAKE2b under the server's own key (see :mod:`deltaport.signing.local_mac`), and the
+server's file endpoint checks them with :meth:`LocalFileSigner.verify`, which also accepts the
+earlier forms in SigV4's whole query (``DELTAPORT-BLAKE2B`` and ``AWS4-HMAC-SHA256``) until they
+expire.
 
 URL shape: ``{base_url}/files/{table_key}/{path}``, every segment URI-encoded once (S3 rules).
 The signature covers the table key and the path, so any signer sharing the base URL and key can

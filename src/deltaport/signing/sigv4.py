@@ -214,7 +214,7 @@ class SigV4Presigner:
 _REQUIRED = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders")
 
 
-def _parse_amz_date(value: str) -> int:
+def parse_amz_date(value: str) -> int:
     if len(value) != 16 or value[8] != "T" or value[15] != "Z" or not (value[:8] + value[9:15]).isdigit():
         raise PermissionDenied(f"malformed X-Amz-Date {value!r}: expected YYYYMMDDTHHMMSSZ")
     try:
@@ -261,13 +261,22 @@ def _check_presigned_fields(amz: dict[str, str]) -> tuple[int, int]:
         raise PermissionDenied(
             f"unsupported X-Amz-SignedHeaders {amz['X-Amz-SignedHeaders']!r}: only 'host' is accepted"
         )
-    expires_text = amz["X-Amz-Expires"]
-    if not expires_text.isdigit() or len(expires_text) > 7:
-        raise PermissionDenied(f"malformed X-Amz-Expires {expires_text!r}")
-    expires = int(expires_text)
+    return presigned_expires(amz["X-Amz-Expires"]), parse_amz_date(amz["X-Amz-Date"])
+
+
+def presigned_expires(text: str) -> int:
+    """A presigned URL's ``X-Amz-Expires`` (seconds, 1 to 7 days); PermissionDenied if it is not."""
+    if not text.isdigit() or len(text) > 7:
+        raise PermissionDenied(f"malformed X-Amz-Expires {text!r}")
+    expires = int(text)
     if not 1 <= expires <= MAX_EXPIRES_IN:
         raise PermissionDenied(f"X-Amz-Expires {expires} is out of range: at most {MAX_EXPIRES_IN} seconds (7 days)")
-    return expires, _parse_amz_date(amz["X-Amz-Date"])
+    return expires
+
+
+def presigned_uri(path: str) -> str:
+    """The canonical URI of a presigned request's path as received (percent-encoded)."""
+    return uri_encode_path(unquote(path)) if path else "/"
 
 
 def _credential_scope(amz: dict[str, str], region: str | None, service: str | None) -> tuple[str, str, str, str]:
@@ -346,7 +355,7 @@ def read_presigned(
         region=cred_region,
         service=cred_service,
         host=canonical_host(host),
-        canonical_uri=uri_encode_path(unquote(path)) if path else "/",
+        canonical_uri=presigned_uri(path),
         canonical_query="&".join(f"{k}={v}" for k, v in params),
         signature=signature,
         signed_at=signed_at,

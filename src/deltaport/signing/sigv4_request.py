@@ -33,10 +33,10 @@ from deltaport.signing.sigv4 import (
     DEFAULT_MAX_SKEW,
     UNSIGNED_PAYLOAD,
     _iso,
-    _parse_amz_date,
     _uri_encode,
     canonical_host,
     derive_signing_key,
+    parse_amz_date,
     uri_encode_path,
 )
 
@@ -240,7 +240,7 @@ def _scope(credential: str, amz_date: str) -> tuple[str, str, str, str]:
 
 def _date(amz_date: str) -> int:
     try:
-        return _parse_amz_date(amz_date)
+        return parse_amz_date(amz_date)
     except PermissionDenied as exc:
         raise MalformedSignature(exc.message) from None
 

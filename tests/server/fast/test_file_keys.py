@@ -27,6 +27,7 @@ from deltaport.server.fast.file_keys import (
 )
 from deltaport.server.sharing.translate import FileLineMaker
 from deltaport.signing import LocalFileSigner
+from deltaport.signing.local_mac import SIGNATURE_CHARS
 
 NOW = 1_700_000_040.0  # the start of a signing window
 SIGNER = LocalFileSigner("http://127.0.0.1:9/delta-sharing", "k" * 24, "AK", b"s" * 32)
@@ -155,7 +156,8 @@ def test_key_files_gives_log_path_digests_and_url_signatures():
     assert md5.uris == [b"part%3D1/a.parquet", b"b%20c/d.parquet"]
     for plain, i in (("part=1/a.parquet", 0), ("b c/d.parquet", 1)):
         url = SIGNER.sign(plain, expires_in=900, now=NOW).url
-        assert url.endswith("?" + query + "&X-Amz-Signature=" + md5.signatures[64 * i : 64 * (i + 1)])
+        signature = md5.signatures[SIGNATURE_CHARS * i : SIGNATURE_CHARS * (i + 1)]
+        assert url.endswith("?" + query + "&X-Amz-Signature=" + signature)
     sha = key_files(paths, id_hash="delta", uri_mode=ORDINARY, batch=None)
     assert sha.ids == "".join(hashlib.sha256(p).hexdigest() for p in paths)
     assert sha.signatures is None and sha.uris is None
@@ -173,4 +175,4 @@ def test_the_workers_keys_are_those_made_in_process(pool, mode, id_hash):
     assert future is not None
     here = key_packed(data, offsets, id_hash, mode, batch)
     assert future.result(timeout=60) == here
-    assert here.signatures is not None and len(here.signatures) == 64 * len(paths)
+    assert here.signatures is not None and len(here.signatures) == SIGNATURE_CHARS * len(paths)

@@ -30,6 +30,7 @@ from deltaport.delta import Snapshot
 from deltaport.protocol import lines as wire
 from deltaport.server.fast.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_packed
 from deltaport.server.fast.pipeline import pipelined
+from deltaport.signing.local_mac import SIGNATURE_CHARS
 
 
 @runtime_checkable
@@ -283,7 +284,7 @@ class ColumnarLines:
                 if keys.uris is not None:
                     c.uris = pa.array(keys.uris, pa.string())
                 if keys.signatures is not None:
-                    c.sigs = _fixed_width(keys.signatures, n, 64)
+                    c.sigs = _fixed_width(keys.signatures, n, SIGNATURE_CHARS)
             return c.rows, c.ids, c.uris, c.sigs
 
         pending: deque[_Chunk] = deque()

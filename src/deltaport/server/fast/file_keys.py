@@ -48,7 +48,7 @@ AS_IS = "as-is"  # the inputs are canonical URIs already (cached from an earlier
 
 
 class FileKeys(NamedTuple):
-    """One chunk's keys: ids and signatures concatenated (each is fixed-width hex), URIs if computed."""
+    """One chunk's keys: ids and signatures concatenated (each fixed-width), URIs if computed."""
 
     ids: str | None
     signatures: str | None
@@ -72,7 +72,7 @@ def key_files(paths: list[bytes], *, id_hash: str | None, uri_mode: str, batch: 
         uris = [p.replace(b"=", b"%3D") for p in paths]
     else:
         uris = [uri_encode_path(unquote(p.decode())).encode() for p in paths]
-    signatures = "".join(batch.sign(uris)) if batch is not None else None
+    signatures = batch.sign(uris) if batch is not None else None
     return FileKeys(ids, signatures, uris if uri_mode == ENCODE else None)
 
 

@@ -13,8 +13,6 @@ import copy
 from typing import Any
 
 from deltaport.protocol.requests import INT32_MAX, INT64_MAX, QUERY_BODY_SCHEMA
-from deltaport.signing.local_mac import MAC_ALGORITHM
-from deltaport.signing.sigv4 import ALGORITHM
 
 _VERSION = {"type": "integer", "format": "int64", "minimum": 0, "maximum": INT64_MAX}
 _TIMESTAMP = {
@@ -68,16 +66,15 @@ def _query_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": True, "schema": schema}
 
 
-#: What a file URL this server issued carries besides its path: an S3-style presigned query string
-#: (signed with the server's own key: a keyed BLAKE2b, or SigV4 for URLs issued before) and,
-#: optionally, a byte range.
+#: What a file URL this server issued carries besides its path: a short presigned query string in
+#: S3's parameter names (signed with the server's own key, a keyed BLAKE2b) and, optionally, a byte
+#: range. URLs issued before in SigV4's whole shape (``X-Amz-Algorithm`` ``DELTAPORT-BLAKE2B`` or
+#: ``AWS4-HMAC-SHA256``, with ``X-Amz-SignedHeaders``) are accepted until they expire.
 _FILE_URL_PARAMETERS = [
-    _query_param("X-Amz-Algorithm", {"type": "string", "enum": [MAC_ALGORITHM, ALGORITHM]}),
-    _query_param("X-Amz-Credential", {"type": "string", "description": "<key>/<date>/<region>/s3/aws4_request"}),
+    _query_param("X-Amz-Credential", {"type": "string", "description": "the server's signing key id"}),
     _query_param("X-Amz-Date", {"type": "string", "pattern": "^[0-9]{8}T[0-9]{6}Z$"}),
     _query_param("X-Amz-Expires", {"type": "integer", "minimum": 1, "maximum": 604800}),
-    _query_param("X-Amz-SignedHeaders", {"type": "string", "enum": ["host"]}),
-    _query_param("X-Amz-Signature", {"type": "string", "pattern": "^[0-9a-f]{64}$"}),
+    _query_param("X-Amz-Signature", {"type": "string", "pattern": "^[A-Za-z0-9_-]{24}$"}),
     {
         "name": "Range",
         "in": "header",
