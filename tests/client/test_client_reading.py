@@ -221,3 +221,29 @@ def test_version_oracle(table_url, table_paths):
     for version in (0, 1):
         ours = ds.load_as_arrow(table_url("partitioned"), version=version)
         assert _pylist(ours) == _pylist(_oracle(table_paths["partitioned"], version))
+
+
+@pytest.mark.parametrize("name", ["demo_sales", "cm_name", "dv", "decimal", "sidecars"])
+def test_pandas_frame_is_pyarrows_frame_of_the_arrow_table(table_url, name):
+    """load_as_pandas reads string columns as dictionaries: the frame is still pyarrow's of load_as_arrow."""
+    from pandas.testing import assert_frame_equal
+
+    expected = ds.load_as_arrow(table_url(name)).to_pandas(date_as_object=True)
+    assert_frame_equal(ds.load_as_pandas(table_url(name)), expected)
+    changes = ds.load_table_changes_as_arrow(table_url("cdf"), starting_version=0)
+    assert_frame_equal(
+        ds.load_table_changes_as_pandas(table_url("cdf"), starting_version=0), changes.to_pandas(date_as_object=True)
+    )
+
+
+def test_dictionary_reads_keep_file_strings_as_dictionaries(sharing_profile):
+    from deltaport.client.reader import reader_for
+
+    with RestClient(sharing_profile) as rest:
+        result = rest.query_table("corpus.default.cm_name", response_format="delta")
+        info = result.table_info()
+        read = reader_for(False, dictionaries=True)
+        for action in result.files:
+            table = read(action, info)
+            assert table.schema.field("name").type == pa.dictionary(pa.int32(), pa.string())
+            assert table.column("name").cast(pa.string()).equals(read_file(action, info).column("name"))

@@ -34,7 +34,8 @@ def default_workers() -> int:
 
 
 class FileFetcher:
-    """Reads the files of one query; see the module docstring. ``refreshes`` counts refreshes made."""
+    """Reads the files of one query; see the module docstring. ``refreshes`` counts refreshes made.
+    ``dictionaries``: string columns as dictionary arrays (see :func:`~deltaport.client.reader.reader_for`)."""
 
     def __init__(
         self,
@@ -51,6 +52,7 @@ class FileFetcher:
         max_attempts: int = 4,
         progress: ReadProgress | None = None,
         clock: Callable[[], float] = time.time,
+        dictionaries: bool = False,
     ) -> None:
         self.table = table
         self.http = http
@@ -62,7 +64,7 @@ class FileFetcher:
         self.renewer = UrlRenewer(
             refresher, margin_seconds=refresh_margin_seconds, min_interval=min_refresh_interval, clock=clock
         )
-        self._read = reader_for(change, parallel=self.max_workers > 1)
+        self._read = reader_for(change, parallel=self.max_workers > 1, dictionaries=dictionaries)
 
     @property
     def refreshes(self) -> int:

@@ -205,6 +205,20 @@ def _source_name(spec: ColumnSpec, names: Mapping[str, str]) -> str | None:
     return None
 
 
+def _string_sources(schema: pa.Schema, specs: Sequence[ColumnSpec], sources: Mapping[str, str | None]) -> list[str]:
+    """The file's string columns that hold string columns asked for. Read as dictionaries, their
+    values are decoded once per distinct string (parquet stores them dictionary-encoded) rather
+    than once per row: see :mod:`deltaport.client.frames`, which turns them into pandas columns."""
+    names = [sources[spec.name] for spec in specs if pa.types.is_string(spec.type)]
+    return [
+        name
+        for name in dict.fromkeys(names)
+        if name is not None
+        and len(schema.get_all_field_indices(name)) == 1
+        and pa.types.is_string(schema.field(name).type)
+    ]
+
+
 def _read(
     action: FileAction,
     table: TableInfo,
@@ -213,6 +227,7 @@ def _read(
     *,
     change: bool,
     use_threads: bool = True,
+    dictionaries: bool = False,
 ) -> pa.Table:
     specs = _selected(table, columns)
     with _OwnClient(http) as client:
@@ -220,6 +235,14 @@ def _read(
         try:
             pf = pq.ParquetFile(pa.BufferReader(data), coerce_int96_timestamp_unit="us")
             file_names, sources = _column_sources(pf.schema_arrow.names, specs, action)
+            as_dictionaries = _string_sources(pf.schema_arrow, specs, sources) if dictionaries else []
+            if as_dictionaries:
+                pf = pq.ParquetFile(
+                    pa.BufferReader(data),
+                    metadata=pf.metadata,
+                    read_dictionary=as_dictionaries,
+                    coerce_int96_timestamp_unit="us",
+                )
             to_read = list(dict.fromkeys(s for s in sources.values() if s is not None))
             cdf_column = change and action.change_type == "cdf"
             if cdf_column:
@@ -243,14 +266,19 @@ def _read(
     arrays, fields = [], []
     for spec in specs:
         source = sources[spec.name]
-        if source is not None:
+        field = table.arrow_schema.field(spec.name)
+        if source is not None and source in as_dictionaries:
+            assert data_table is not None
+            arrays.append(data_table.column(source))
+            field = field.with_type(data_table.column(source).type)
+        elif source is not None:
             assert data_table is not None  # a column was found in the file, so the file was read
             arrays.append(conform(data_table.column(source), spec.physical_type, spec.type))
         elif spec.is_partition:
             arrays.append(_partition_column(spec, action, num_rows))
         else:  # a column the file does not have (added after the file was written)
             arrays.append(pa.nulls(num_rows, spec.type))
-        fields.append(table.arrow_schema.field(spec.name))
+        fields.append(field)
     if change:
         change_type = None
         if cdf_column and data_table is not None:
@@ -324,10 +352,12 @@ def read_change_file(
     return _read(action, table, columns, http, change=True)
 
 
-def reader_for(change: bool, *, parallel: bool = False) -> Callable[..., pa.Table]:
+def reader_for(change: bool, *, parallel: bool = False, dictionaries: bool = False) -> Callable[..., pa.Table]:
     """:func:`read_file` or :func:`read_change_file`; with ``parallel`` (many files read at once)
-    each file is decoded on its caller's thread only: per-column threads would just add overhead."""
-    if not parallel:
+    each file is decoded on its caller's thread only: per-column threads would just add overhead.
+    With ``dictionaries``, string columns come as dictionary arrays of strings (for
+    :func:`deltaport.client.frames.to_pandas`, which expands them)."""
+    if not parallel and not dictionaries:
         return read_change_file if change else read_file
 
     def read(
@@ -335,6 +365,6 @@ def reader_for(change: bool, *, parallel: bool = False) -> Callable[..., pa.Tabl
     ) -> pa.Table:
         if change and action.change_type is None:
             raise ValueError("a change-feed action is needed (change_type insert, delete or cdf)")
-        return _read(action, table, columns, http, change=change, use_threads=False)
+        return _read(action, table, columns, http, change=change, use_threads=not parallel, dictionaries=dictionaries)
 
     return read

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
+from deltaport.client import frames
 from deltaport.client.directory import DIR, MODES, URL, DirectoryRead, choose_mode, directory_only
 from deltaport.client.errors import AccessModeError, SharingServerError
 from deltaport.client.model import Metadata, Protocol, Schema, Share, Table
@@ -135,23 +136,20 @@ def _import_pandas_meanwhile() -> None:
     threading.Thread(target=load, name="deltaport-import-pandas", daemon=True).start()
 
 
-def _to_pandas(tables: list[pa.Table], schema: pa.Schema, convert_in_batches: bool):
-    kwargs = dict(date_as_object=True)  # as the official connector; split_blocks measured slower here
-    if convert_in_batches and len(tables) > 1:
-        import pandas as pd
-
-        frames = []
-        while tables:  # convert and drop one file at a time: the Arrow copy is freed as we go
-            frames.append(tables.pop(0).to_pandas(self_destruct=True, **kwargs))
-        return pd.concat(frames, axis=0, ignore_index=True, copy=False)
-    table = _concat(tables, schema)
-    tables.clear()
-    return table.to_pandas(**kwargs)  # self_destruct would lower peak memory but doubles the time here
-
-
 def _snapshot_tables(
-    url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts, columns=None, access_mode=None
+    url,
+    limit,
+    version,
+    timestamp,
+    jsonPredicateHints,
+    use_delta_format,
+    opts,
+    columns=None,
+    access_mode=None,
+    dictionaries=False,
 ) -> tuple[TableInfo, list[pa.Table]]:
+    """The tables of a snapshot read; ``dictionaries``: string columns read by URLs may come as
+    dictionary arrays (for :func:`frames.to_pandas`)."""
     _check_limit(limit)
     choose_mode(access_mode, MODES, "")  # a bad value fails before any request
     read = TableRead(url, opts)
@@ -161,7 +159,10 @@ def _snapshot_tables(
             json_predicate_hints=jsonPredicateHints, limit_hint=limit, version=version, timestamp=timestamp
         )
         info, result, refresher = read.snapshot(query, response_format_arg(use_delta_format))
-        return info, list(read.tables(info, result.files, refresher, change=False, limit=limit, columns=columns))
+        tables = read.tables(
+            info, result.files, refresher, change=False, limit=limit, columns=columns, dictionaries=dictionaries
+        )
+        return info, list(tables)
 
     try:
         if access_mode == DIR:
@@ -261,9 +262,17 @@ def load_as_pandas(
     )
     _import_pandas_meanwhile()
     info, tables = _snapshot_tables(
-        url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts, access_mode=access_mode
+        url,
+        limit,
+        version,
+        timestamp,
+        jsonPredicateHints,
+        use_delta_format,
+        opts,
+        access_mode=access_mode,
+        dictionaries=True,
     )
-    return _to_pandas(tables, info.arrow_schema, convert_in_batches)
+    return frames.to_pandas(tables, info.arrow_schema, convert_in_batches)
 
 
 def load_as_polars(
@@ -355,7 +364,14 @@ def _paged_batches(read: TableRead, info: TableInfo, pages, limit: int | None, c
 
 
 def _changes_tables(
-    url, starting_version, ending_version, starting_timestamp, ending_timestamp, use_delta_format, opts
+    url,
+    starting_version,
+    ending_version,
+    starting_timestamp,
+    ending_timestamp,
+    use_delta_format,
+    opts,
+    dictionaries=False,
 ) -> tuple[TableInfo, list[pa.Table]]:
     read = TableRead(url, opts)
     try:
@@ -366,7 +382,7 @@ def _changes_tables(
             ending_timestamp=ending_timestamp,
         )
         info, result, refresher = read.changes(options, response_format_arg(use_delta_format))
-        return info, list(read.tables(info, result.files, refresher, change=True))
+        return info, list(read.tables(info, result.files, refresher, change=True, dictionaries=dictionaries))
     finally:
         read.close()
 
@@ -415,9 +431,16 @@ def load_table_changes_as_pandas(
     opts = read_options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
     _import_pandas_meanwhile()
     info, tables = _changes_tables(
-        url, starting_version, ending_version, starting_timestamp, ending_timestamp, use_delta_format, opts
+        url,
+        starting_version,
+        ending_version,
+        starting_timestamp,
+        ending_timestamp,
+        use_delta_format,
+        opts,
+        dictionaries=True,
     )
-    return _to_pandas(tables, info.change_schema, convert_in_batches)
+    return frames.to_pandas(tables, info.change_schema, convert_in_batches)
 
 
 def load_table_changes_as_polars(

@@ -192,7 +192,10 @@ class TableRead:
         limit: int | None = None,
         columns: list[str] | None = None,
         page: int | None = None,
+        dictionaries: bool = False,
     ) -> Iterator[pa.Table]:
+        """The files' tables in order; with ``dictionaries``, string columns as dictionary arrays
+        (for :func:`deltaport.client.frames.to_pandas`)."""
         progress = ReadProgress(
             total_bytes=files.total_bytes if isinstance(files, FileList) else sum(f.size for f in files),
             total_files=len(files),
@@ -208,6 +211,7 @@ class TableRead:
             max_workers=self.opts.max_workers,
             progress=progress,
             refresh_margin_seconds=self.opts.refresh_margin_seconds,
+            dictionaries=dictionaries,
         )
         with progress:
             yield from fetcher.tables(files, limit=limit)
