@@ -7,7 +7,7 @@ import datetime as dt
 import pyarrow as pa
 from pandas.testing import assert_frame_equal
 
-from deltaport.client.frames import to_pandas
+from deltaport.client.frames import _date_objects, to_pandas
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("day", pa.date32())])
 
@@ -51,3 +51,29 @@ def test_no_tables_give_an_empty_typed_frame():
     frame = to_pandas([], SCHEMA, convert_in_batches=False)
     assert list(frame.columns) == SCHEMA.names and len(frame) == 0
     assert str(frame["id"].dtype) == "int64"
+
+
+def _days(days: list[int | None], *, start: dt.date = dt.date(2024, 1, 1)) -> pa.Table:
+    values = [None if d is None else start + dt.timedelta(days=d) for d in days]
+    return pa.table([pa.array(range(len(days)), pa.int64()), pa.array(values, pa.date32())], names=["id", "day"])
+
+
+def test_dates_are_taken_from_one_object_per_day_and_equal_pyarrows():
+    schema = pa.schema([("id", pa.int64()), ("day", pa.date32())])
+    tables = [_days([0, 3, None, 3] * 10), _days([2, 0, 1] * 10).slice(1, 25), _days([None] * 5)]
+    expected = pa.concat_tables(tables).to_pandas(date_as_object=True)
+    frame = to_pandas(list(tables), schema, convert_in_batches=False)
+    assert_frame_equal(frame, expected)
+    days = frame["day"].tolist()
+    assert days[2] is None and days[-1] is None and days[1] == dt.date(2024, 1, 4)
+    assert _date_objects([c for t in tables for c in t.column("day").chunks]) is not None  # the lookup was used
+    assert_frame_equal(to_pandas(list(tables), schema, convert_in_batches=True), expected)
+
+
+def test_dates_spread_wide_for_their_rows_are_left_to_pyarrow():
+    schema = pa.schema([("id", pa.int64()), ("day", pa.date32())])
+    for tables in ([_days([0, 400, 800, 400])], [_days([None, None])], [_days([0, 2_000_000], start=dt.date(1, 1, 1))]):
+        expected = pa.concat_tables(tables).to_pandas(date_as_object=True)
+        frame = to_pandas(list(tables), schema, convert_in_batches=False)
+        assert_frame_equal(frame, expected)
+        assert _date_objects(tables[0].column("day").chunks) is None  # left to pyarrow

@@ -9,15 +9,22 @@ holding the GIL: the longest part of a conversion). Such a column's pandas value
 the chunks' dictionaries by their indices: the same ``str`` values (equal strings one object, as
 pyarrow makes them), ``None`` for nulls, in an ``object`` column at the same place. A column
 whose chunks are partly plain (a file without it, read as nulls) is decoded and converted by pyarrow.
+
+A date column becomes ``datetime.date`` objects the same way: one object per day of its range,
+taken by each row's day, where pyarrow makes one per row (a column of a few hundred distinct days
+over millions of rows is common, and its conversion was the longest part left). A column whose
+range is wide for its length is left to pyarrow.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = ["to_pandas"]
 
@@ -43,6 +50,32 @@ def _objects(chunks: Sequence[pa.DictionaryArray]) -> np.ndarray:
     return np.concatenate(values).take(np.concatenate(codes) if codes else np.empty(0, dtype=np.intp))
 
 
+#: A date column is taken from a table of its range's days when the range has at most this many
+#: days, and at most one per this many rows (else building the table costs more than it saves).
+_MAX_DAYS = 1 << 20
+_ROWS_PER_DAY = 4
+_EPOCH = dt.date(1970, 1, 1).toordinal()
+
+
+def _date_objects(chunks: Sequence[pa.Array]) -> np.ndarray | None:
+    """A date32 column's values as ``datetime.date`` objects (None for nulls), one object per day
+    of its range; None when the range is too wide for that to pay, or has no dates."""
+    bounds = [pc.min_max(c) for c in chunks if c.null_count < len(c)]
+    if not bounds:
+        return None
+    low = min(b["min"].value for b in bounds)  # days since 1970-01-01
+    high = max(b["max"].value for b in bounds)
+    span = high - low + 1
+    if span > _MAX_DAYS or span * _ROWS_PER_DAY > sum(map(len, chunks)):
+        return None
+    try:
+        days = np.array([dt.date.fromordinal(_EPOCH + d) for d in range(low, high + 1)] + [None], dtype=object)
+    except ValueError:  # beyond what datetime.date holds: pyarrow's conversion says so
+        return None
+    codes = [pc.subtract(c.view(pa.int32()), low).fill_null(span).to_numpy() for c in chunks]
+    return days.take(np.concatenate(codes))
+
+
 def _plain(table: pa.Table, column: int) -> pa.Table:
     """``table`` with a dictionary-encoded string ``column`` decoded."""
     field = table.schema.field(column)
@@ -50,6 +83,14 @@ def _plain(table: pa.Table, column: int) -> pa.Table:
         return table
     plain = field.type.value_type
     return table.set_column(column, field.with_type(plain), table.column(column).cast(plain))
+
+
+def _chunks(tables: list[pa.Table], column: int) -> list[Any]:
+    return [c for t in tables for c in t.column(column).chunks]
+
+
+def _is_date32(tables: list[pa.Table], column: int) -> bool:
+    return all(pa.types.is_date32(t.schema.field(column).type) for t in tables)
 
 
 def _frame(tables: list[pa.Table], schema: pa.Schema, **options: Any):
@@ -60,15 +101,22 @@ def _frame(tables: list[pa.Table], schema: pa.Schema, **options: Any):
     kinds = [{pa.types.is_dictionary(t.schema.field(i).type) for t in tables} for i in range(len(names))]
     for i in (i for i, kind in enumerate(kinds) if kind == {True, False}):  # some chunks plain: all plain
         tables[:] = [_plain(t, i) for t in tables]
-    expand = [i for i, kind in enumerate(kinds) if kind == {True}]
-    columns = {i: _objects([c for t in tables for c in t.column(i).chunks]) for i in expand}
-    rest = pa.concat_tables([t.drop_columns([names[i] for i in expand]) for t in tables])
+    columns = {i: _objects(_chunks(tables, i)) for i, kind in enumerate(kinds) if kind == {True}}
+    for i in (i for i, kind in enumerate(kinds) if kind == {False} and _is_date32(tables, i)):
+        dates = _date_objects(_chunks(tables, i))
+        if dates is not None:
+            columns[i] = dates
+    rest = pa.concat_tables([t.drop_columns([names[i] for i in columns]) for t in tables])
     tables.clear()
     frame = rest.to_pandas(**_OPTIONS, **options)
     del rest
-    for i in expand:  # in order, so that each lands where the table has it
-        frame.insert(i, names[i], columns.pop(i))
-    return frame
+    if not columns:
+        return frame
+    import pandas as pd
+
+    # one frame of the columns as they are: inserting each would copy it
+    ordered = {name: columns.pop(i) if i in columns else frame[name] for i, name in enumerate(names)}
+    return pd.DataFrame(ordered, copy=False)
 
 
 def to_pandas(tables: list[pa.Table], schema: pa.Schema, convert_in_batches: bool):
