@@ -60,6 +60,7 @@ def test_serve_self_signed_https(tmp_path):
         assert r.status_code == 200 and r.json()["items"] == [{"name": "s"}]
         cert = ssl.get_server_certificate(("127.0.0.1", port))
         assert "BEGIN CERTIFICATE" in cert
+        _connector_trusts_ssl_cert_file(tmp_path, f"https://127.0.0.1:{port}/delta-sharing", cert)
         gone_by = time.time() + 10
         while list(temporary.glob("deltaport-tls-*")):  # read as the server started: the key file goes
             assert time.time() < gone_by, "the self-signed key stayed on disk"
@@ -67,6 +68,27 @@ def test_serve_self_signed_https(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _connector_trusts_ssl_cert_file(tmp_path: Path, endpoint: str, cert: str) -> None:
+    """deltaport's connector (its TLS context is made once per setting) refuses the self-signed
+    certificate by default and trusts it once SSL_CERT_FILE names it."""
+    import pytest
+
+    from deltaport.client import SharingClient
+
+    profile = tmp_path / "tls.share"
+    profile.write_text(f'{{"shareCredentialsVersion": 1, "endpoint": "{endpoint}", "bearerToken": "tls-token"}}')
+    bundle = tmp_path / "server.pem"
+    bundle.write_text(cert)
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("SSL_CERT_FILE", raising=False)
+        env.delenv("SSL_CERT_DIR", raising=False)
+        with SharingClient(str(profile)) as client, pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+            client.list_shares()
+        env.setenv("SSL_CERT_FILE", str(bundle))
+        with SharingClient(str(profile)) as client:
+            assert [s.name for s in client.list_shares()] == ["s"]
 
 
 def test_serve_refuses_a_bad_config_in_one_line(tmp_path):

@@ -9,7 +9,10 @@ and refuse a response that was cut short or that ends with ``endStreamAction.err
 
 from __future__ import annotations
 
+import functools
+import os
 import platform
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -137,6 +140,18 @@ def _status(body: Mapping[str, Any], what: str) -> Pending:
     return Pending(query_id, status, str(body.get("errorCode") or "QUERY_FAILED"), str(body.get("message") or ""))
 
 
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context (certifi's roots, or ``SSL_CERT_FILE``/``SSL_CERT_DIR`` when set),
+    made once per process and setting: loading the roots takes ~20 ms, which every client paid, an
+    ``http://`` endpoint's too."""
+    return _tls_context_for(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.lru_cache(maxsize=4)
+def _tls_context_for(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    return httpx.create_ssl_context()
+
+
 class RestClient:
     """Delta Sharing REST calls for one profile. Use as a context manager, or call :meth:`close`.
 
@@ -161,7 +176,9 @@ class RestClient:
         self.answered = answered  # the endpoint has answered (any status): connection errors are retried
         self.retry = retry or RetryPolicy()
         self._auth = auth or auth_for_profile(self.profile, transport=transport, retry=self.retry, clock=clock)
-        self._http = httpx.Client(transport=transport, timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)))
+        self._http = httpx.Client(
+            transport=transport, timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)), verify=_tls_context()
+        )
         self._user_agent = user_agent or (
             f"deltaport/{__version__} httpx/{httpx.__version__} "
             f"Python/{platform.python_version()} System/{platform.system()}"
