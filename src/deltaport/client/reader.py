@@ -219,6 +219,40 @@ def _string_sources(schema: pa.Schema, specs: Sequence[ColumnSpec], sources: Map
     ]
 
 
+_OPEN: dict[str, Any] = {"coerce_int96_timestamp_unit": "us"}
+
+
+def _logical(
+    specs: Sequence[ColumnSpec],
+    sources: Mapping[str, str | None],
+    as_dictionaries: Sequence[str],
+    data_table: pa.Table | None,
+    table: TableInfo,
+    action: FileAction,
+    num_rows: int,
+) -> tuple[list[Any], list[pa.Field]]:
+    """The asked-for columns of a file's rows and their fields: read (dictionary columns as they
+    were read), partition values, or nulls for a column the file does not have."""
+    arrays: list[Any] = []
+    fields: list[pa.Field] = []
+    for spec in specs:
+        source = sources[spec.name]
+        field = table.arrow_schema.field(spec.name)
+        if source is not None and source in as_dictionaries:
+            assert data_table is not None
+            arrays.append(data_table.column(source))
+            field = field.with_type(data_table.column(source).type)
+        elif source is not None:
+            assert data_table is not None  # a column was found in the file, so the file was read
+            arrays.append(conform(data_table.column(source), spec.physical_type, spec.type))
+        elif spec.is_partition:
+            arrays.append(_partition_column(spec, action, num_rows))
+        else:  # a column the file does not have (added after the file was written)
+            arrays.append(pa.nulls(num_rows, spec.type))
+        fields.append(field)
+    return arrays, fields
+
+
 def _read(
     action: FileAction,
     table: TableInfo,
@@ -233,15 +267,12 @@ def _read(
     with _OwnClient(http) as client:
         data = _download_file(action.url, client, action.id)
         try:
-            pf = pq.ParquetFile(pa.BufferReader(data), coerce_int96_timestamp_unit="us")
+            pf = pq.ParquetFile(pa.BufferReader(data), **_OPEN)
             file_names, sources = _column_sources(pf.schema_arrow.names, specs, action)
             as_dictionaries = _string_sources(pf.schema_arrow, specs, sources) if dictionaries else []
-            if as_dictionaries:
+            if as_dictionaries:  # opened again, its footer as read, to read those as dictionaries
                 pf = pq.ParquetFile(
-                    pa.BufferReader(data),
-                    metadata=pf.metadata,
-                    read_dictionary=as_dictionaries,
-                    coerce_int96_timestamp_unit="us",
+                    pa.BufferReader(data), metadata=pf.metadata, read_dictionary=as_dictionaries, **_OPEN
                 )
             to_read = list(dict.fromkeys(s for s in sources.values() if s is not None))
             cdf_column = change and action.change_type == "cdf"
@@ -263,22 +294,7 @@ def _read(
         if data_table is not None:
             data_table = data_table.filter(pa.array(mask))
         num_rows = int(mask.sum())
-    arrays, fields = [], []
-    for spec in specs:
-        source = sources[spec.name]
-        field = table.arrow_schema.field(spec.name)
-        if source is not None and source in as_dictionaries:
-            assert data_table is not None
-            arrays.append(data_table.column(source))
-            field = field.with_type(data_table.column(source).type)
-        elif source is not None:
-            assert data_table is not None  # a column was found in the file, so the file was read
-            arrays.append(conform(data_table.column(source), spec.physical_type, spec.type))
-        elif spec.is_partition:
-            arrays.append(_partition_column(spec, action, num_rows))
-        else:  # a column the file does not have (added after the file was written)
-            arrays.append(pa.nulls(num_rows, spec.type))
-        fields.append(field)
+    arrays, fields = _logical(specs, sources, as_dictionaries, data_table, table, action, num_rows)
     if change:
         change_type = None
         if cdf_column and data_table is not None:

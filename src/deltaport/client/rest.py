@@ -149,6 +149,10 @@ def _tls_context() -> ssl.SSLContext:
 
 @functools.lru_cache(maxsize=4)
 def _tls_context_for(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    if cert_file:  # as httpx reads the environment
+        return ssl.create_default_context(cafile=cert_file)
+    if cert_dir:
+        return ssl.create_default_context(capath=cert_dir)
     return httpx.create_ssl_context()
 
 
