@@ -261,17 +261,8 @@ def load_as_pandas(
         max_files, max_workers, progress, refresh_margin_seconds, transport, retry, async_query, timeout
     )
     _import_pandas_meanwhile()
-    info, tables = _snapshot_tables(
-        url,
-        limit,
-        version,
-        timestamp,
-        jsonPredicateHints,
-        use_delta_format,
-        opts,
-        access_mode=access_mode,
-        dictionaries=True,
-    )
+    read = (url, limit, version, timestamp, jsonPredicateHints, use_delta_format, opts)
+    info, tables = _snapshot_tables(*read, access_mode=access_mode, dictionaries=True)
     return frames.to_pandas(tables, info.arrow_schema, convert_in_batches)
 
 
@@ -430,16 +421,8 @@ def load_table_changes_as_pandas(
     """The change data feed as a pandas DataFrame (see :func:`load_table_changes_as_arrow`)."""
     opts = read_options(max_files, max_workers, progress, refresh_margin_seconds, transport, retry)
     _import_pandas_meanwhile()
-    info, tables = _changes_tables(
-        url,
-        starting_version,
-        ending_version,
-        starting_timestamp,
-        ending_timestamp,
-        use_delta_format,
-        opts,
-        dictionaries=True,
-    )
+    span = (starting_version, ending_version, starting_timestamp, ending_timestamp)
+    info, tables = _changes_tables(url, *span, use_delta_format, opts, dictionaries=True)
     return frames.to_pandas(tables, info.change_schema, convert_in_batches)
 
 
