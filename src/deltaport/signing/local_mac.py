@@ -254,17 +254,19 @@ def verify_file_url(
     future or expired (PermissionDenied naming the problem).
     """
     if not _whole_query(query_string):
-        short = read_short(host, path, query_string, region=region, service=service)
-        return check_presigned(short, secret_lookup, lambda secret: _mac(short, secret), now, max_skew)
-    request = read_presigned(host, path, query_string, region=region, service=service)
-    if request.algorithm not in (MAC_ALGORITHM, ALGORITHM):
-        raise PermissionDenied(
-            f"unsupported X-Amz-Algorithm {request.algorithm!r}: this server's file URLs are signed "
-            f"with {SHORT_MAC} (or, issued before, {MAC_ALGORITHM} or {ALGORITHM}); "
-            "query the table again for a current URL"
-        )
-    if request.algorithm == MAC_ALGORITHM:
-        return check_presigned(request, secret_lookup, lambda secret: _mac(request, secret), now, max_skew)
-    return check_presigned(
-        request, secret_lookup, lambda secret: sigv4_signature(request, "GET", secret), now, max_skew
-    )
+        request = read_short(host, path, query_string, region=region, service=service)
+    else:
+        request = read_presigned(host, path, query_string, region=region, service=service)
+        if request.algorithm not in (MAC_ALGORITHM, ALGORITHM):
+            raise PermissionDenied(
+                f"unsupported X-Amz-Algorithm {request.algorithm!r}: this server's file URLs are signed "
+                f"with {SHORT_MAC} (or, issued before, {MAC_ALGORITHM} or {ALGORITHM}); "
+                "query the table again for a current URL"
+            )
+
+    def signature(secret: str | bytes) -> str:
+        if request.algorithm == ALGORITHM:
+            return sigv4_signature(request, "GET", secret)
+        return _mac(request, secret)
+
+    return check_presigned(request, secret_lookup, signature, now, max_skew)
