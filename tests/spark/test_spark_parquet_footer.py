@@ -11,9 +11,13 @@ from conftest import TABLES
 
 from deltaport.spark.parquet_footer import (
     BINARY,
+    FMD_ROW_GROUPS,
+    FOOTER_ONLY,
     I64,
     LIST,
+    RG_COLUMNS,
     FooterError,
+    Raw,
     Struct,
     TList,
     decode,
@@ -38,6 +42,40 @@ def test_every_corpus_footer_round_trips_byte_for_byte():
     for path in files:
         footer = footer_of(path.read_bytes())
         assert encode(decode(footer)) == footer, path
+
+
+def test_a_partly_decoded_footer_round_trips_and_keeps_only_what_is_not_named_raw():
+    """decode(raw, FOOTER_ONLY): the schema and each chunk's statistics stay bytes; row groups,
+    column chunks and their metadata are decoded; written back, the footer is the same bytes."""
+    files = corpus_files()
+    for path in files:
+        footer = footer_of(path.read_bytes())
+        tree = decode(footer, FOOTER_ONLY)
+        assert encode(tree) == footer, path
+        assert isinstance(tree.get(2), Raw)  # the schema
+        whole = decode(footer)
+        for group, full in zip(tree.get(FMD_ROW_GROUPS).items, whole.get(FMD_ROW_GROUPS).items, strict=True):
+            assert len(group.get(RG_COLUMNS).items) == len(full.get(RG_COLUMNS).items)
+            for column in group.get(RG_COLUMNS).items:
+                meta = column.get(3)
+                assert isinstance(meta, Struct) and all(type(f.value) in (int, bool, bytes, Raw) for f in meta.fields)
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"a": list(range(100))}), buffer, row_group_size=10)
+    first = footer_of(buffer.getvalue())
+
+    def statistics(tree: Struct):  # the first chunk's
+        return tree.get(FMD_ROW_GROUPS).items[0].get(RG_COLUMNS).items[0].get(3).get(12)
+
+    assert statistics(decode(first, FOOTER_ONLY)) == Raw(encode(statistics(decode(first))))
+
+
+@pytest.mark.parametrize("cut", [1, 7, 100])
+def test_a_truncated_footer_raises_footer_error_when_partly_decoded(cut):
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"a": list(range(100)), "s": [str(i) for i in range(100)]}), buffer, row_group_size=10)
+    footer = footer_of(buffer.getvalue())
+    with pytest.raises(FooterError):
+        decode(footer[: len(footer) - cut], FOOTER_ONLY)
 
 
 def test_a_rewritten_footer_is_read_by_pyarrow_with_the_changes():

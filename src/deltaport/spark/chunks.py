@@ -239,7 +239,7 @@ def _row_group(group: Struct, number: int, placed: Placed, lengths: Placed) -> S
 def compact_footer(footer: Footer, record: Record, placed: dict[tuple[int, int], int]) -> bytes:
     """The FileMetaData of a compact entry: ``placed`` maps (original row group, leaf) of every
     chunk it holds to the chunk's offset in the entry (see the module docstring)."""
-    tree = decode(footer.raw)
+    tree = decode(footer.raw, pf.FOOTER_ONLY)
     row_groups = tree.get(pf.FMD_ROW_GROUPS)
     if row_groups is None or len(row_groups.items) != footer.arrow.num_row_groups:
         raise FooterError("not a parquet footer: its row groups do not add up")

@@ -13,10 +13,11 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Field", "FooterError", "Struct", "TList", "TMap", "decode", "encode"]
+__all__ = ["Field", "FooterError", "Raw", "Struct", "TList", "TMap", "decode", "encode"]
 
 STOP, TRUE, FALSE, BYTE, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT = range(13)
 _INTEGERS = (I16, I32, I64)
+_COMPOSITE = (LIST, SET, MAP, STRUCT)
 
 
 class FooterError(ValueError):
@@ -34,6 +35,19 @@ class TMap:
     key: int
     value: int
     items: list[tuple[Any, Any]]
+
+
+@dataclass(frozen=True)
+class Raw:
+    """A list, map or struct value left encoded: its bytes, written back as they are."""
+
+    data: bytes
+
+
+#: Which fields :func:`decode` decodes: for each struct field id, what to decode of its struct
+#: value (or of each struct in its list value). A list, map or struct field not named is kept
+#: :class:`Raw`; plain values are always decoded.
+Only = dict[int, "Only"]
 
 
 @dataclass
@@ -100,7 +114,7 @@ class _Reader:
         self.pos += n
         return out
 
-    def value(self, wire: int, depth: int) -> Any:
+    def value(self, wire: int, depth: int, only: Only | None = None) -> Any:
         if depth > 64:
             raise FooterError("structs nested too deep")
         if wire in (TRUE, FALSE):
@@ -114,20 +128,21 @@ class _Reader:
         if wire == BINARY:
             return self.take(self.varint())
         if wire in (LIST, SET):
-            return self.list(depth)
+            return self.list(depth, only)
         if wire == MAP:
             return self.map(depth)
         if wire == STRUCT:
-            return self.struct(depth + 1)
+            return self.struct(depth + 1, only)
         raise FooterError(f"unknown thrift compact type {wire}")
 
-    def list(self, depth: int) -> TList:
+    def list_head(self) -> tuple[int, int]:
         head = self.byte()
         size = head >> 4
-        if size == 15:
-            size = self.varint()
-        elem = head & 0x0F
-        return TList(elem, [self.value(elem, depth + 1) for _ in range(size)])
+        return (self.varint() if size == 15 else size), head & 0x0F
+
+    def list(self, depth: int, only: Only | None = None) -> TList:
+        size, elem = self.list_head()
+        return TList(elem, [self.value(elem, depth + 1, only) for _ in range(size)])
 
     def map(self, depth: int) -> TMap:
         size = self.varint()
@@ -137,7 +152,7 @@ class _Reader:
         key, val = kinds >> 4, kinds & 0x0F
         return TMap(key, val, [(self.value(key, depth + 1), self.value(val, depth + 1)) for _ in range(size)])
 
-    def struct(self, depth: int) -> Struct:
+    def struct(self, depth: int, only: Only | None = None) -> Struct:
         out, last = Struct(), 0
         while True:
             head = self.byte()
@@ -146,15 +161,62 @@ class _Reader:
                 return out
             delta = head >> 4
             fid = last + delta if delta else self.zigzag()
-            value = wire == TRUE if wire in (TRUE, FALSE) else self.value(wire, depth)
+            if wire in (TRUE, FALSE):
+                value: Any = wire == TRUE
+            elif only is not None and wire in _COMPOSITE and fid not in only:
+                start = self.pos
+                self.skip(wire, depth)
+                value = Raw(bytes(self.data[start : self.pos]))
+            else:
+                value = self.value(wire, depth, None if only is None else only.get(fid))
             out.fields.append(Field(fid, wire, value))
             last = fid
 
+    def skip(self, wire: int, depth: int) -> None:
+        """Past one value of type ``wire`` (a boolean: one byte, as in a list or map)."""
+        if depth > 64:
+            raise FooterError("structs nested too deep")
+        if wire in _INTEGERS:
+            self.varint()
+        elif wire in (TRUE, FALSE, BYTE, DOUBLE, BINARY):
+            self.advance(self.varint() if wire == BINARY else 8 if wire == DOUBLE else 1)
+        elif wire in (LIST, SET):
+            size, elem = self.list_head()
+            for _ in range(size):
+                self.skip(elem, depth + 1)
+        elif wire == MAP:
+            size = self.varint()
+            kinds = self.byte() if size else 0
+            for _ in range(size):
+                self.skip(kinds >> 4, depth + 1)
+                self.skip(kinds & 0x0F, depth + 1)
+        elif wire == STRUCT:
+            self.skip_struct(depth + 1)
+        else:
+            raise FooterError(f"unknown thrift compact type {wire}")
 
-def decode(data: bytes | memoryview) -> Struct:
-    """The struct at the start of ``data`` (a Parquet footer: its FileMetaData)."""
+    def skip_struct(self, depth: int) -> None:
+        while True:
+            head = self.byte()
+            wire = head & 0x0F
+            if wire == STOP:
+                return
+            if not head >> 4:
+                self.varint()
+            if wire not in (TRUE, FALSE):
+                self.skip(wire, depth)
+
+    def advance(self, n: int) -> None:
+        if self.pos + n > len(self.data):
+            raise FooterError("the footer ends in the middle of a value")
+        self.pos += n
+
+
+def decode(data: bytes | memoryview, only: Only | None = None) -> Struct:
+    """The struct at the start of ``data`` (a Parquet footer: its FileMetaData): all of it, or the
+    fields ``only`` names (the rest of its lists, maps and structs kept :class:`Raw`)."""
     try:
-        return _Reader(data).struct(0)
+        return _Reader(data).struct(0, only)
     except (FooterError, struct.error) as exc:
         raise FooterError(f"not a parquet footer: {exc}") from None
 
@@ -174,7 +236,9 @@ def _zigzag(n: int, out: bytearray) -> None:
 
 
 def _value(wire: int, value: Any, out: bytearray) -> None:
-    if wire in (TRUE, FALSE):
+    if type(value) is Raw:
+        out += value.data
+    elif wire in (TRUE, FALSE):
         out.append(TRUE if value else FALSE)
     elif wire == BYTE:
         out.append(value & 0xFF)
@@ -247,6 +311,11 @@ RG_COLUMNS, RG_FILE_OFFSET, RG_TOTAL_COMPRESSED, RG_ORDINAL = 1, 5, 6, 7
 CC_FILE_OFFSET, CC_META, CC_INDEXES = 2, 3, (4, 5, 6, 7)
 # ColumnMetaData
 CMD_COMPRESSED, CMD_DATA_PAGE, CMD_INDEX_PAGE, CMD_DICT_PAGE, CMD_BLOOM = 7, 9, 10, 11, (14, 15)
+
+#: What of a footer a compact entry reads and rewrites: each row group's column chunks with their
+#: metadata's offsets and sizes, and the key-value metadata. The rest (the schema, statistics,
+#: encodings, paths) is kept as it was written: decoding it took most of a footer's time.
+FOOTER_ONLY: Only = {FMD_ROW_GROUPS: {RG_COLUMNS: {CC_META: {}}}, FMD_KEY_VALUE: {}}
 
 
 def key_values(meta: Struct) -> dict[str, str]:

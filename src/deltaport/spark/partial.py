@@ -38,7 +38,7 @@ from deltaport.spark.chunks import (
 )
 from deltaport.spark.chunks import tail as footer_tail
 from deltaport.spark.chunks import wanted as wanted_parts
-from deltaport.spark.parquet_footer import FooterError, Struct, decode
+from deltaport.spark.parquet_footer import FOOTER_ONLY, FooterError, Struct, decode
 from deltaport.spark.staging import CacheArea
 
 __all__ = ["covered", "footer_relpath", "part_relpath", "stage_needed"]
@@ -110,7 +110,7 @@ def compact_entry(area: CacheArea, relpath: str, size: int) -> Entry | None:
             raw = _footer_in(area.read(path, 0, length), length)
         if raw is None:
             return None
-        tree = decode(raw)
+        tree = decode(raw, FOOTER_ONLY)
         record = Record.of(tree)
         if record is None or record.size != size:
             return None
