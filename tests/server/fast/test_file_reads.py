@@ -37,8 +37,17 @@ CASES = [
     ("empty suffix", "GET", {"Range": "bytes=-0"}),
     ("end before start", "GET", {"Range": "bytes=5-2"}),
     ("end before start, head", "HEAD", {"Range": "bytes=5-2"}),
-    # read by the routes: their own answers either way
     ("several ranges", "GET", {"Range": "bytes=0-1,4-5"}),
+    ("several ranges, head", "HEAD", {"Range": "bytes=0-1,4-5"}),
+    ("several ranges of each form, out of order", "GET", {"Range": "bytes=-3, 10-12,0-1,20-"}),
+    ("overlapping and touching ranges merged", "GET", {"Range": "bytes=0-5,3-9,10-12,30-40"}),
+    ("several ranges merged into one", "GET", {"Range": "bytes=0-5,2-8"}),
+    ("several ranges, one past the file", "GET", {"Range": "bytes=0-1,99999999-"}),
+    ("several ranges, one ending before it starts", "GET", {"Range": "bytes=0-1,9-4"}),
+    ("a hundred ranges", "GET", {"Range": "bytes=" + ",".join(f"{3 * i}-{3 * i}" for i in range(100))}),
+    # read by the routes: their own answers either way
+    ("more than a hundred ranges", "GET", {"Range": "bytes=" + ",".join(f"{3 * i}-{3 * i}" for i in range(101))}),
+    ("a malformed range among several", "GET", {"Range": "bytes=0-1,x-4"}),
     ("not bytes", "GET", {"Range": "items=0-1"}),
     ("not a number", "GET", {"Range": "bytes=abc"}),
     ("no dash", "GET", {"Range": "bytes=5"}),
@@ -163,7 +172,9 @@ def test_the_fast_path_answers_file_urls_and_notes_the_download(apps, caplog):
     path = unquote(url.split("?")[0].split("//", 1)[1].split("/", 1)[1])  # as the scope has it
     scope = {"type": "http", "method": "GET", "path": "/" + path, "headers": [], "root_path": ""}
     assert app.files.take(scope) == (None,)
-    assert app.files.take({**scope, "headers": [(b"range", b"bytes=1-2")]}) == ((1, 2),)
+    assert app.files.take({**scope, "headers": [(b"range", b"bytes=1-2")]}) == (((1, 2),),)
+    assert app.files.take({**scope, "headers": [(b"range", b"bytes=1-2, 5-,-3")]}) == (((1, 2), (5, None), (None, 3)),)
+    assert app.files.take({**scope, "headers": [(b"range", b"bytes=1-2,x")]}) is None  # the route's
     assert app.files.take({**scope, "headers": [(b"range", b"bytes=1-2"), (b"range", b"bytes=1-2")]}) is None
     assert app.files.take({**scope, "method": "POST"}) is None
     assert app.files.take({**scope, "root_path": "/x"}) is None

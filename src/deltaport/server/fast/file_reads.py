@@ -12,12 +12,14 @@ pieces of up to :data:`PIECE` bytes, each read on the loop when the page cache h
 not. The checks' few ``stat`` calls of the table's directory run on the loop too: cheap once the
 table's directory entries are cached, as they are for a table being read.
 
-It takes: GET or HEAD, no root path, no ``If-Range``, and no ``Range`` header or a single one of
-the form ``bytes=START-END``, ``bytes=START-`` or ``bytes=-SUFFIX``; the route answers anything
-else (multiple ranges, malformed ranges, ``If-Range``). What it answers is what the route answers
-(status, headers, body, errors as the protocol's JSON, 416 with ``Content-Range: bytes */size``),
-and a request it answers gets the scope's ``route`` and ``path_params`` as routing would set them,
-for the middleware outside it (access log, metrics, audit).
+It takes: GET or HEAD, no root path, no ``If-Range``, and no ``Range`` header or one of up to
+:data:`MAX_RANGES` ranges, each of the form ``START-END``, ``START-`` or ``-SUFFIX``; several are
+answered as ``multipart/byteranges`` (ranges that overlap or touch merged, as the route merges
+them). The route answers anything else (a malformed range, ``If-Range``, more ranges). What it
+answers is what the route answers (status, headers, body but for a multipart answer's random
+boundary, errors as the protocol's JSON, 416 with ``Content-Range: bytes */size``), and a request it
+answers gets the scope's ``route`` and ``path_params`` as routing would set them, for the middleware
+outside it (access log, metrics, audit).
 
 Fast form of: the ``GET``/``HEAD /files/{key}/{path}`` routes (sharing/files.py). Held equal by:
 tests/server/fast/test_file_reads.py.
@@ -30,6 +32,7 @@ import functools
 import hashlib
 import os
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from email.utils import formatdate
@@ -47,12 +50,16 @@ from deltaport.server.sharing.files import range_error
 TAKEN = "deltaport.file_read"
 #: The most one read (and one ``send``) carries: fewer, larger pieces cost less per byte.
 PIECE = 4 << 20
-#: A request's byte range: None for the whole file, else (first, last) as given (either may be None).
-Span = tuple[int | None, int | None] | None
+#: A request's byte ranges: None for the whole file, else each (first, last) as given (either may be None).
+Span = tuple[tuple[int | None, int | None], ...] | None
+#: A piece of an answer's body: bytes as they are, or the bytes [start, end) of the file.
+Segment = bytes | tuple[int, int]
+#: The most ranges one request may ask for (the route's limit; it answers more with the whole file).
+MAX_RANGES = 100
 #: Decides the file a request of an ASGI scope reads (``FileAccess.file_for``), or raises.
 Decide = Callable[[Mapping[str, Any]], tuple[Path, os.stat_result]]
 
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_RANGE = re.compile(r"\s*(\d*)\s*-\s*(\d*)\s*")
 #: The threads that decide, open and read files (started as needed; shared by the apps of a process).
 _READERS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="deltaport-file-read")
 #: Reads that fail rather than wait for the disk (Linux 4.14+), else None.
@@ -93,55 +100,83 @@ class FileReads:
             opened = await errors.deltaport_error(Request(scope), exc)
         if isinstance(opened, Response):
             return await opened(scope, receive, send)
-        head, fd, start, end = opened
+        head, fd, body = opened
         if fd is None:
             await send(head)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
-            await _send_pieces(head, fd, start, end, receive, send)
+            await _send_pieces(head, fd, body, receive, send)
 
-    def _open(self, scope, span: Span) -> Response | tuple[dict[str, Any], int | None, int, int]:
-        """The file decided; its answer's start message, and for a GET the open file and the bytes
-        [start, end) of it to send. An error response when ``span`` asks for none of its bytes."""
+    def _open(self, scope, span: Span) -> Response | tuple[dict[str, Any], int | None, list[Segment]]:
+        """The file decided; its answer's start message, and for a GET the open file and the body
+        to send. An error response when ``span`` asks for no byte of it, or not for bytes."""
         full, info = self.decide(scope)
         size = info.st_size
         headers = file_headers(info)
-        status, start, end = 200, 0, size
+        status, body = 200, list[Segment]([(0, size)])
         if span is not None:
-            bounds = _bounds(span, size)
+            bounds = _all_bounds(span, size)
             if isinstance(bounds, int):
                 return range_error(scope, bounds, size)
-            status, (start, end) = 206, bounds
-            headers[2] = (b"content-length", str(end - start).encode())
-            headers.append((b"content-range", f"bytes {start}-{end - 1}/{size}".encode()))
+            status, body = 206, _ranged(headers, bounds, size)
         head = {"type": "http.response.start", "status": status, "headers": headers}
         if scope["method"] == "HEAD":
-            return head, None, start, end
-        return head, os.open(full, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)), start, end
+            return head, None, body
+        return head, os.open(full, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)), body
 
 
-async def _send_pieces(head: dict[str, Any], fd: int, start: int, end: int, receive, send) -> None:
-    """Send the response's ``head``, then the bytes [start, end) of the open file ``fd`` in pieces of
-    up to :data:`PIECE` bytes (read by :func:`_cached`, else in a worker thread); stop early when the
-    client goes away. Closes ``fd`` once no read of it is pending."""
-    offset = start
+def _ranged(headers: list[tuple[bytes, bytes]], bounds: list[tuple[int, int]], size: int) -> list[Segment]:
+    """The body of a 206 answer of ``bounds`` (changing ``headers`` to match): the one range, or
+    each range in a part of ``multipart/byteranges`` as the route writes them."""
+    if len(bounds) == 1:
+        (start, end) = bounds[0]
+        headers[2] = (b"content-length", str(end - start).encode())
+        headers.append((b"content-range", f"bytes {start}-{end - 1}/{size}".encode()))
+        return [(start, end)]
+    boundary = secrets.token_hex(13)
+    kind = headers[0][1].decode("latin-1")
+    body: list[Segment] = []
+    for i, (start, end) in enumerate(bounds):
+        before = "\r\n" if i else ""  # the end of the part before
+        part = f"{before}--{boundary}\r\nContent-Type: {kind}\r\nContent-Range: bytes {start}-{end - 1}/{size}\r\n\r\n"
+        body += [part.encode("latin-1"), (start, end)]
+    body.append(f"\r\n--{boundary}--".encode("latin-1"))
+    headers[0] = (b"content-type", f"multipart/byteranges; boundary={boundary}".encode())
+    length = sum(len(b) if isinstance(b, bytes) else b[1] - b[0] for b in body)
+    headers[2] = (b"content-length", str(length).encode())
+    return body
+
+
+async def _send_pieces(head: dict[str, Any], fd: int, body: list[Segment], receive, send) -> None:
+    """Send the response's ``head``, then ``body``: its bytes as they are and its file ranges from
+    the open file ``fd`` in pieces of up to :data:`PIECE` bytes (read by :func:`_cached`, else in a
+    worker thread); stop early when the client goes away. Closes ``fd`` once no read of it is
+    pending."""
     gone: asyncio.Future[None] | None = None
     reading: Future[bytes] | None = None
+    rest = body[::-1]  # popped from the end
     try:
-        while True:
-            size = min(PIECE, end - offset)
-            piece = _cached(fd, size, offset)
-            if piece is None:
-                reading = _READERS.submit(os.pread, fd, size, offset)
-                piece = await asyncio.wrap_future(reading)
-                reading = None
-            if len(piece) < size:
-                raise RuntimeError("the file is shorter than its size when it was opened")
+        while rest:
+            segment = rest.pop()
+            if isinstance(segment, bytes):
+                piece: bytes | bytearray = segment
+            else:
+                offset, end = segment
+                size = min(PIECE, end - offset)
+                cached = _cached(fd, size, offset)
+                if cached is None:
+                    reading = _READERS.submit(os.pread, fd, size, offset)
+                    cached = await asyncio.wrap_future(reading)
+                    reading = None
+                if len(cached) < size:
+                    raise RuntimeError("the file is shorter than its size when it was opened")
+                piece = cached
+                if offset + size < end:
+                    rest.append((offset + size, end))
             if head:
                 await send(head)
                 head = {}
-            offset += size
-            more = offset < end
+            more = bool(rest)
             await send({"type": "http.response.body", "body": piece, "more_body": more})
             if not more:
                 return
@@ -204,15 +239,50 @@ def _span(headers) -> tuple[Span] | None:
     seen = False
     for name, value in headers:
         if name == b"range":
-            match = _RANGE.fullmatch(value.decode("latin-1"))
-            if seen or match is None or match.group(1) == match.group(2) == "":
+            if seen:
                 return None
-            seen = True
-            first, last = match.groups()
-            found = (int(first) if first else None, int(last) if last else None)
+            found, seen = _ranges(value.decode("latin-1")), True
+            if found is None:
+                return None
         elif name == b"if-range":
             return None
     return (found,)
+
+
+def _ranges(value: str) -> Span:
+    """The ranges of a ``Range`` header's value; None when one is not ``START-END``, ``START-`` or
+    ``-SUFFIX`` of bytes, or when it asks for more than :data:`MAX_RANGES`."""
+    if not value.startswith("bytes="):
+        return None
+    parts = value[6:].split(",")
+    if len(parts) > MAX_RANGES:
+        return None
+    found = []
+    for part in parts:
+        match = _RANGE.fullmatch(part)
+        if match is None or match.group(1) == match.group(2) == "":
+            return None
+        first, last = match.groups()
+        found.append((int(first) if first else None, int(last) if last else None))
+    return tuple(found)
+
+
+def _all_bounds(span: tuple[tuple[int | None, int | None], ...], size: int) -> list[tuple[int, int]] | int:
+    """[start, end) of each range ``span`` asks for, in order, those that overlap or touch merged
+    (as the route reads several); else the status of the refusal (see :func:`_bounds`): 416 when
+    one starts outside the file, else 400 when one ends before it starts."""
+    bounds = [_bounds(one, size) for one in span]
+    refusals = [b for b in bounds if isinstance(b, int)]
+    if refusals:
+        return 416 if 416 in refusals else 400
+    ordered = sorted(b for b in bounds if not isinstance(b, int))
+    merged = ordered[:1]
+    for start, end in ordered[1:]:
+        if start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _bounds(span: tuple[int | None, int | None], size: int) -> tuple[int, int] | int:
