@@ -11,7 +11,8 @@ inside executors, so nothing heavy is imported here) and the Python data source.
   :func:`copy_url` (a whole file streamed into a writer in large chunks, for the staging cache)
   and :func:`copy_range` (a byte range of a file streamed alike, its ``Content-Range`` checked
   against the file's listed size; a store that ignores ``Range`` sends the whole file, and says
-  so by its status).
+  so by its status), and :func:`copy_ranges` (several ranges in one GET, from a server that
+  answers them together: deltaport's own; the pool remembers a host that does not).
 - :func:`retrying`: the :class:`~deltaport.client.retry.RetryPolicy` applied to one file:
   HTTP 429/5xx and connection errors are retried with backoff (``Retry-After`` honoured).
 - :func:`status_error`: a storage's HTTP status as the error to raise. A refused URL (401/403,
@@ -35,14 +36,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from deltaport.client.byteranges import RangeParts, boundary_of, content_range
 from deltaport.client.errors import ConnectionFailed, FileDownloadError, UrlExpired
 from deltaport.client.retry import RetryPolicy, announce_retries, is_retryable_status
 
 __all__ = [
     "DEFAULT_DOWNLOAD_RETRY",
     "ConnectionPool",
+    "RangesApart",
     "Transient",
     "copy_range",
+    "copy_ranges",
     "copy_url",
     "describe",
     "download",
@@ -185,6 +189,7 @@ class ConnectionPool:
         self._ssl = ssl_context
         self._idle: dict[Key, list[http.client.HTTPConnection]] = defaultdict(list)
         self._lock = threading.Lock()
+        self._ranges_apart: set[Key] = set()  # hosts that answer several ranges otherwise than together
         self._proxies = urllib.request.getproxies_environment()
 
     def proxied(self, scheme: str, host: str) -> bool:
@@ -194,6 +199,14 @@ class ConnectionPool:
         return not urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]  # in the module, not its stubs
             host, self._proxies
         )
+
+    def serves_ranges_together(self, key: Key) -> bool:
+        """Whether several ranges may be asked of ``key`` in one GET (until it answered otherwise)."""
+        return key not in self._ranges_apart
+
+    def ranges_apart(self, key: Key) -> None:
+        """``key`` answered several ranges otherwise than together: ask it for one range at a time."""
+        self._ranges_apart.add(key)
 
     def _new(self, key: Key) -> http.client.HTTPConnection:
         scheme, host, port = key
@@ -511,3 +524,42 @@ def copy_range(
         url, out, pool=pool, file_id=file_id, extra=[range_header], ok=(200, 206), check=check
     )
     return written, status == 206
+
+
+class RangesApart(Exception):
+    """The store does not answer several ranges together (S3, Azure and GCS answer the whole file,
+    or the first range): ask for them one GET each. Raised before the answer's body is read."""
+
+
+def copy_ranges(
+    url: str, parts: Sequence[tuple[int, int, Any]], *, pool: ConnectionPool, file_id: str, size: int
+) -> int:
+    """GET the byte ranges [start, end) of ``parts`` = [(start, end, writer), …] (ascending and
+    apart) of ``url``, a file of ``size`` bytes as listed, in one request; each range's bytes are
+    streamed into its writer (see :mod:`~deltaport.client.byteranges`). Returns the bytes the
+    answer's body took (the parts' headers too, as :func:`copy_range` counts the bytes between
+    the chunks of a run).
+
+    An answer that is neither ``multipart/byteranges`` nor one range spanning them all raises
+    :class:`RangesApart` at once (the connection is closed unread), and so does every later
+    call for that host. Statuses as :func:`copy_url`."""
+    key, _ = _key_and_target(url)
+    if pool.proxied(key[0], key[1]) or not pool.serves_ranges_together(key):
+        raise RangesApart()
+    reader = RangeParts(parts, size, file_id)
+
+    def check(response: http.client.HTTPResponse) -> None:
+        boundary = boundary_of(response.getheader("Content-Type") or "")
+        span = content_range(response.getheader("Content-Range"))
+        whole = span is not None and span[:2] == (parts[0][0], parts[-1][1])
+        if response.status != 206 or (boundary is None and not whole):
+            pool.ranges_apart(key)
+            raise RangesApart()
+        if span is not None and span[2] != size:
+            _check_content_range(response.getheader("Content-Range"), span[0], span[1], size, file_id)
+        reader.expect(boundary)
+
+    asked = ("Range", "bytes=" + ",".join(f"{start}-{end - 1}" for start, end, _ in parts))
+    written, _ = _stream_get(url, reader, pool=pool, file_id=file_id, extra=[asked], ok=(200, 206), check=check)
+    reader.finish()
+    return written

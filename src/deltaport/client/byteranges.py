@@ -1,0 +1,148 @@
+"""The body of one answer to several byte ranges asked in one GET, written to each range's writer.
+
+A server that serves several ranges at once answers ``206`` with ``multipart/byteranges``: each
+part a delimiter line, headers (its ``Content-Range`` among them), a blank line and the range's
+bytes, then a closing delimiter (RFC 9110, 14.6). A server may also answer the ranges as one
+range that spans them all. :class:`RangeParts` takes the body as it comes, in pieces of any size,
+and passes each asked range's bytes to its writer: the bytes of the body itself, without holding
+more than one part's headers (at most :data:`HEAD_MAX` bytes) in memory.
+
+Each part must be the range asked, in the order asked, of a file of the listed size; anything
+else is a :class:`~deltaport.client.errors.FileDownloadError` that says to read the table again
+(the file changed, or the storage answered other bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from deltaport.client.errors import FileDownloadError
+
+__all__ = ["HEAD_MAX", "RangeParts", "boundary_of", "content_range"]
+
+#: The most bytes one part's delimiter and headers may take.
+HEAD_MAX = 4096
+
+
+def boundary_of(content_type: str) -> bytes | None:
+    """The boundary of a ``multipart/byteranges`` content type; None for any other type."""
+    kind, _, params = content_type.partition(";")
+    if kind.strip().lower() != "multipart/byteranges":
+        return None
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "boundary" and value.strip().strip('"'):
+            return value.strip().strip('"').encode("latin-1")
+    return None
+
+
+def content_range(header: str | None) -> tuple[int, int, int] | None:
+    """``bytes FIRST-LAST/TOTAL`` as (start, end, total) with ``end`` exclusive; None otherwise."""
+    unit, _, rest = (header or "").strip().partition(" ")
+    span, _, total = rest.partition("/")
+    first, _, last = span.partition("-")
+    try:
+        start, end, size = int(first), int(last) + 1, int(total)
+    except ValueError:
+        return None
+    return (start, end, size) if unit.lower() == "bytes" and 0 <= start < end else None
+
+
+class RangeParts:
+    """A writer for the body of one GET of ``parts`` = [(start, end, writer), …] (ascending and
+    apart) of a file of ``size`` bytes, once :meth:`expect` said what the answer's headers promise."""
+
+    def __init__(self, parts: Sequence[tuple[int, int, Any]], size: int, file_id: str) -> None:
+        self.parts, self.size, self.file_id = list(parts), size, file_id
+        self.delimiter: bytes | None = None
+        self.head = bytearray()  # the delimiter and headers of the part to come, as they arrive
+        self.index = 0  # the part being written (multipart)
+        self.left = 0  # its bytes still to come
+        self.pos = self.parts[0][0]  # the file offset of the next byte (one range)
+
+    def expect(self, boundary: bytes | None) -> None:
+        """The body is ``multipart/byteranges`` with ``boundary``; else (None) one range from the
+        first part's start to the last one's end."""
+        self.delimiter = None if boundary is None else b"--" + boundary
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        if self.delimiter is None:
+            self._spread(view)
+            return len(view)
+        while len(view):
+            if self.left:
+                n = min(self.left, len(view))
+                self.parts[self.index][2].write(view[:n])
+                self.left, view = self.left - n, view[n:]
+                self.index += 0 if self.left else 1
+            elif self.index < len(self.parts):
+                view = self._headers(view)
+            else:  # the closing delimiter, and what may follow it
+                self.head += view[: HEAD_MAX - len(self.head)]
+                break
+        return len(data)
+
+    def _spread(self, view: memoryview) -> None:
+        """One range spanning the parts: each part's share of ``view`` to its writer."""
+        end = self.pos + len(view)
+        for start, stop, out in self.parts:
+            lo, hi = max(start, self.pos), min(stop, end)
+            if lo < hi:
+                out.write(view[lo - self.pos : hi - self.pos])
+        self.pos = end
+
+    def _headers(self, view: memoryview) -> memoryview:
+        """Take a part's delimiter and headers from the start of ``view``; the rest is its bytes."""
+        had = len(self.head)
+        self.head += view[: HEAD_MAX - had]
+        end = self.head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.head) >= HEAD_MAX:
+                raise self._error("a part's headers are longer than any server writes them")
+            return view[len(view) :]
+        head, self.head = bytes(self.head[:end]), bytearray()
+        start, stop, _ = self.parts[self.index]
+        self._check(head, start, stop)
+        self.left = stop - start
+        return view[end + 4 - had :]
+
+    def _check(self, head: bytes, start: int, stop: int) -> None:
+        assert self.delimiter is not None
+        lines = head.split(b"\r\n")
+        at = next((i for i, line in enumerate(lines) if line.rstrip() == self.delimiter), None)
+        if at is None or (self.index and any(lines[:at])):  # only the first part may follow a preamble
+            raise self._error("a part does not start with the answer's boundary")
+        found = None
+        for line in lines[at + 1 :]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-range":
+                found = content_range(value.decode("latin-1"))
+        if found is not None and found[2] != self.size:
+            raise FileDownloadError(
+                f"file {self.file_id}: the storage answered a range of a file of {found[2]} bytes where the "
+                f"server's answer says {self.size}: the file changed after it was listed; read the table again",
+                http_status=400,
+                file_id=self.file_id,
+            )
+        if found is None or found[:2] != (start, stop):
+            raise self._error(f"a part is not bytes {start}-{stop - 1}, the range asked next")
+
+    def finish(self) -> None:
+        """Raises unless every part came whole (and a multipart answer closed)."""
+        if self.delimiter is None:
+            if self.pos != self.parts[-1][1]:
+                raise self._error("the answer ended before the last range")
+        elif self.index < len(self.parts):
+            raise self._error("the answer ended before its last part")
+        elif not bytes(self.head).lstrip(b"\r\n").startswith(self.delimiter + b"--"):
+            raise self._error("the answer has more parts than were asked, or no closing boundary")
+
+    def _error(self, what: str) -> FileDownloadError:
+        return FileDownloadError(
+            f"file {self.file_id}: the storage's answer to several ranges is not what was asked: {what}; "
+            "read the table again",
+            http_status=502,
+            file_id=self.file_id,
+        )
