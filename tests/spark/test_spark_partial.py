@@ -114,15 +114,18 @@ def build_wide_table(path: Path) -> None:
 
 
 class Storage:
-    """ASGI middleware before the sharing server: counts the file GETs and the body bytes they
-    were sent, and can make the storage misbehave (ignore Range, report another file size,
-    garble the last bytes of a file)."""
+    """ASGI middleware before the sharing server: counts the file GETs (and those of several
+    ranges) and the body bytes they were sent, and can make the storage misbehave (ignore Range,
+    answer only the first of several ranges, as some S3 implementations do, report another file
+    size, garble the last bytes of a file)."""
 
     def __init__(self, app) -> None:
         self.app = app
         self.requests = 0
+        self.several = 0  # requests for several ranges
         self.bytes = 0
         self.ignore_range = False
+        self.first_range_only = False
         self.size_delta = 0
         self.garble_tail = False
 
@@ -133,6 +136,13 @@ class Storage:
         if self.ignore_range:
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"range"]}
         asked = dict(scope["headers"]).get(b"range", b"").decode()
+        self.several += "," in asked
+        if self.first_range_only and "," in asked:
+            asked = asked.split(",")[0]
+            scope = {
+                **scope,
+                "headers": [(k, v) for k, v in scope["headers"] if k != b"range"] + [(b"range", asked.encode())],
+            }
 
         async def counting(message):
             if message["type"] == "http.response.start" and self.size_delta:
@@ -380,6 +390,27 @@ def test_a_store_that_ignores_range_gives_whole_files(spark, served, cache):
     assert len(entries(cache, ".parquet")) == FILES and not entries(cache, ".part.parquet")
 
 
+def test_each_file_s_chunks_come_in_one_get_and_one_at_a_time_from_a_store_that_answers_so(
+    spark, served, cache, tmp_path
+):
+    storage = served.storage
+    storage.requests = storage.several = 0
+    frame = read_table(spark, served.url("many"), columns=["qty"], stagingLocation=cache)
+    assert storage.requests == 2 * FILES and storage.several == FILES  # a footer and one GET of the chunks each
+    assert rows(frame) == rows(whole_read(spark, served, "many", tmp_path, ["qty"], None))
+    storage.requests = storage.several = 0
+    storage.first_range_only = True
+    try:
+        again = read_table(
+            spark, served.url("many"), columns=["qty"], stagingLocation=str(tmp_path / "apart"), stagingThreads=1
+        )
+        assert rows(again) == rows(frame)
+    finally:
+        storage.first_range_only = False
+    assert storage.several == 1  # refused once (its answer left unread), then asked one range at a time
+    assert storage.requests > 2 * FILES
+
+
 @pytest.mark.parametrize("how", ["size", "footer"])
 def test_a_file_changed_since_listing_is_one_line_and_leaves_nothing(spark, served, cache, how):
     storage = served.storage
@@ -449,7 +480,8 @@ def test_a_footer_longer_than_the_first_get_takes_a_second(spark, served, cache,
     assert sorted(r.c7 for r in frame.collect()) == [k * 8 for k in range(3500, 4000)]
     (footer,) = entries(cache, ".footer")
     assert footer.stat().st_size > TAIL
-    assert served.storage.requests == 4  # the last 64 KiB, the rest of the footer, c0 and c7 of one row group
+    # the last 64 KiB, the rest of the footer, then c0 and c7 of one row group in one GET of two ranges
+    assert served.storage.requests == 3
     (entry,) = entries(cache, ".part.parquet")
     assert pq.ParquetFile(entry).metadata.num_row_groups == 1
 

@@ -8,7 +8,8 @@ that names its columns keeps:
 * ``<key>.part.parquet``: a compact entry (:mod:`deltaport.spark.chunks`) with the needed
   chunks. A later query it covers uses it as is; one it does not cover makes a new entry for
   the union of columns and row groups, copying the chunks it already holds and fetching the
-  rest (ranges closer than :data:`~deltaport.spark.chunks.GAP` in one GET), written aside and renamed.
+  rest (ranges closer than :data:`~deltaport.spark.chunks.GAP` in one range; a file's ranges in
+  one GET where the server answers them together, as deltaport's own does), written aside and renamed.
 
 A valid whole-file entry always wins. When the needed bytes are most of the file (80 %), the
 whole file is fetched instead. A store that ignores ``Range`` answers the first GET with the
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from deltaport.client.download import ConnectionPool, copy_range, copy_url
+from deltaport.client.download import ConnectionPool, RangesApart, copy_range, copy_ranges, copy_url
 from deltaport.client.errors import FileDownloadError
 from deltaport.client.model import FileAction
 from deltaport.spark.chunks import (
@@ -238,6 +239,18 @@ class _File:
     action: FileAction
     pool: ConnectionPool
 
+    def fetch_runs(self, out: Any, runs: list[list[Chunk]]) -> int:
+        """Fetch ``runs`` into ``out`` in order: in one GET where the server answers several ranges
+        together (deltaport's own), else one GET each."""
+        if len(runs) > 1:
+            action = self.action
+            parts = [(run[0].start, run[-1].end, _Slicer(out, run[0].start, run)) for run in runs]
+            try:
+                return copy_ranges(action.url, parts, pool=self.pool, file_id=action.id, size=action.size)
+            except RangesApart:
+                pass
+        return sum(self.fetch_run(out, run) for run in runs)
+
     def fetch_run(self, out: Any, run: list[Chunk]) -> int:
         action = self.action
         got, ranged = copy_range(
@@ -271,7 +284,7 @@ def _copy_chunks(file: _File, out: Any, plan: list[Chunk], old: Entry | None) ->
     fetched, remote = 0, list[Chunk]()
 
     def flush() -> int:
-        got = sum(file.fetch_run(out, run) for run in coalesce(remote))
+        got = file.fetch_runs(out, coalesce(remote))
         remote.clear()
         return got
 
