@@ -324,7 +324,30 @@ def _dataframe(spark: Any, plan: _Plan, area: CacheArea, relpaths: Sequence[str]
         reader = reader.option("basePath", area.uri(table_folder))
     with _listed_on_the_driver(spark, area, len(relpaths)):
         frame = reader.parquet(*[area.uri(relpath) for relpath in relpaths])
+    renames = _plain_renames(plan, logical, physical)
+    if renames is not None:  # one call to the JVM instead of a few per column
+        return frame.selectExpr(*renames)
     return frame.select(*_logical_columns(spark, plan, logical, physical))
+
+
+def _plain_renames(plan: _Plan, logical: Any, physical: Any) -> list[str] | None:
+    """The logical columns as ``source AS name`` expressions, when each is only a rename (no cast,
+    no column metadata, not a change feed); else None (:func:`_logical_columns` makes them)."""
+    if plan.change_feed:
+        return None
+    out, partition = [], 0
+    for spec, logical_field, physical_field in zip(plan.table.columns, logical.fields, physical.fields):
+        if logical_field.metadata:
+            return None
+        if spec.is_partition:
+            source = f"{PARTITION_PREFIX}{partition}"
+            partition += 1
+        elif physical_field.dataType.simpleString() != logical_field.dataType.simpleString():
+            return None
+        else:
+            source = physical_field.name
+        out.append(f"{_quoted(source)} AS {_quoted(logical_field.name)}")
+    return out
 
 
 # --- entry points -----------------------------------------------------------------------------------
