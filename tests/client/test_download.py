@@ -443,13 +443,18 @@ def test_a_store_that_serves_one_range_at_a_time_is_asked_so_from_then_on(file_a
     assert len(front.seen) == 1
 
 
-def test_a_part_of_a_file_of_another_size_is_one_line_naming_the_fix(file_action, front, http):
+@pytest.mark.parametrize("answer", ["multipart", "one spanning range"])
+def test_a_part_of_a_file_of_another_size_is_one_line_naming_the_fix(file_action, front, http, answer):
     whole = download(file_action.url, http)
     spans, size = _spans(file_action.size), file_action.size
-    body = b"".join(
-        f"\r\n--x\r\nContent-Range: bytes {a}-{b - 1}/{size + 1}\r\n\r\n".encode() + whole[a:b] for a, b in spans
-    )
-    front.script = [(206, body + b"\r\n--x--", {"Content-Type": "multipart/byteranges; boundary=x"})]
+    if answer == "multipart":
+        body = b"".join(
+            f"\r\n--x\r\nContent-Range: bytes {a}-{b - 1}/{size + 1}\r\n\r\n".encode() + whole[a:b] for a, b in spans
+        )
+        front.script = [(206, body + b"\r\n--x--", {"Content-Type": "multipart/byteranges; boundary=x"})]
+    else:
+        first, last = spans[0][0], spans[-1][1]
+        front.script = [(206, whole[first:last], {"Content-Range": f"bytes {first}-{last - 1}/{size + 1}"})]
     pool = ConnectionPool()
     try:
         with pytest.raises(FileDownloadError, match="changed after it was listed; read the table again"):

@@ -19,10 +19,20 @@ from typing import Any
 
 from deltaport.client.errors import FileDownloadError
 
-__all__ = ["HEAD_MAX", "RangeParts", "boundary_of", "content_range"]
+__all__ = ["HEAD_MAX", "RangeParts", "boundary_of", "changed_size", "content_range"]
 
 #: The most bytes one part's delimiter and headers may take.
 HEAD_MAX = 4096
+
+
+def changed_size(file_id: str, got: str, size: int) -> FileDownloadError:
+    """The error for a range of a file of ``got`` bytes where the listing said ``size``."""
+    return FileDownloadError(
+        f"file {file_id}: the storage answered a range of a file of {got} bytes where the server's "
+        f"answer says {size}: the file changed after it was listed; read the table again",
+        http_status=400,
+        file_id=file_id,
+    )
 
 
 def boundary_of(content_type: str) -> bytes | None:
@@ -120,12 +130,7 @@ class RangeParts:
             if name.strip().lower() == b"content-range":
                 found = content_range(value.decode("latin-1"))
         if found is not None and found[2] != self.size:
-            raise FileDownloadError(
-                f"file {self.file_id}: the storage answered a range of a file of {found[2]} bytes where the "
-                f"server's answer says {self.size}: the file changed after it was listed; read the table again",
-                http_status=400,
-                file_id=self.file_id,
-            )
+            raise changed_size(self.file_id, str(found[2]), self.size)
         if found is None or found[:2] != (start, stop):
             raise self._error(f"a part is not bytes {start}-{stop - 1}, the range asked next")
 

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from deltaport.client.byteranges import RangeParts, boundary_of, content_range
+from deltaport.client.byteranges import RangeParts, boundary_of, changed_size, content_range
 from deltaport.client.errors import ConnectionFailed, FileDownloadError, UrlExpired
 from deltaport.client.retry import RetryPolicy, announce_retries, is_retryable_status
 
@@ -477,22 +477,13 @@ def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
     return _stream_get(url, out, pool=pool, file_id=file_id)[0]
 
 
-def _changed(file_id: str, got: str, size: int) -> FileDownloadError:
-    return FileDownloadError(
-        f"file {file_id}: the storage answered a range of a file of {got} bytes where the server's "
-        f"answer says {size}: the file changed after it was listed; read the table again",
-        http_status=400,
-        file_id=file_id,
-    )
-
-
 def _check_content_range(header: str | None, start: int, end: int, size: int, file_id: str) -> None:
     """``Content-Range: bytes a-b/total`` must be the range asked of a file of ``size`` bytes."""
     unit, _, rest = (header or "").partition(" ")
     span, _, total = rest.partition("/")
     first, _, last = span.partition("-")
     if unit.strip().lower() != "bytes" or total.strip() != str(size):
-        raise _changed(file_id, total.strip() or "unknown", size)
+        raise changed_size(file_id, total.strip() or "unknown", size)
     if first.strip() != str(start) or last.strip() != str(end - 1):
         raise FileDownloadError(
             f"file {file_id}: the storage answered bytes {span.strip()} where {start}-{end - 1} were asked; "
@@ -556,7 +547,7 @@ def copy_ranges(
             pool.ranges_apart(key)
             raise RangesApart()
         if span is not None and span[2] != size:
-            _check_content_range(response.getheader("Content-Range"), span[0], span[1], size, file_id)
+            raise changed_size(file_id, str(span[2]), size)
         reader.expect(boundary)
 
     asked = ("Range", "bytes=" + ",".join(f"{start}-{end - 1}" for start, end, _ in parts))

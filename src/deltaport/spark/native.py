@@ -270,19 +270,29 @@ def _functions(spark: Any) -> Any:
     return importlib.import_module("pyspark.sql.connect.functions" if is_connect(spark) else "pyspark.sql.functions")
 
 
+def _sources(plan: _Plan, logical: Any, physical: Any) -> list[tuple[str, Any, bool]]:
+    """Each logical column's (column read, logical field, whether it is cast to the logical type:
+    nested fields renamed to their logical names)."""
+    out, partition = [], 0
+    for spec, logical_field, physical_field in zip(plan.table.columns, logical.fields, physical.fields):
+        if spec.is_partition:
+            out.append((f"{PARTITION_PREFIX}{partition}", logical_field, False))
+            partition += 1
+        else:
+            cast = physical_field.dataType.simpleString() != logical_field.dataType.simpleString()
+            out.append((physical_field.name, logical_field, cast))
+    return out
+
+
 def _logical_columns(spark: Any, plan: _Plan, logical: Any, physical: Any) -> list[Any]:
     F = _functions(spark)
 
-    columns, partition = [], 0
-    for spec, logical_field, physical_field in zip(plan.table.columns, logical.fields, physical.fields):
-        if spec.is_partition:
-            source = F.col(_quoted(f"{PARTITION_PREFIX}{partition}"))
-            partition += 1
-        else:
-            source = F.col(_quoted(physical_field.name))
-            if physical_field.dataType.simpleString() != logical_field.dataType.simpleString():
-                source = source.cast(logical_field.dataType)  # nested fields renamed to their logical names
-        columns.append(source.alias(logical_field.name, metadata=dict(logical_field.metadata)))
+    columns = []
+    for source, logical_field, cast in _sources(plan, logical, physical):
+        column = F.col(_quoted(source))
+        if cast:
+            column = column.cast(logical_field.dataType)
+        columns.append(column.alias(logical_field.name, metadata=dict(logical_field.metadata)))
     if plan.change_feed:
         kind = F.col(KIND_COLUMN)
         columns += [
@@ -333,21 +343,10 @@ def _dataframe(spark: Any, plan: _Plan, area: CacheArea, relpaths: Sequence[str]
 def _plain_renames(plan: _Plan, logical: Any, physical: Any) -> list[str] | None:
     """The logical columns as ``source AS name`` expressions, when each is only a rename (no cast,
     no column metadata, not a change feed); else None (:func:`_logical_columns` makes them)."""
-    if plan.change_feed:
+    sources = _sources(plan, logical, physical)
+    if plan.change_feed or any(cast or field.metadata for _, field, cast in sources):
         return None
-    out, partition = [], 0
-    for spec, logical_field, physical_field in zip(plan.table.columns, logical.fields, physical.fields):
-        if logical_field.metadata:
-            return None
-        if spec.is_partition:
-            source = f"{PARTITION_PREFIX}{partition}"
-            partition += 1
-        elif physical_field.dataType.simpleString() != logical_field.dataType.simpleString():
-            return None
-        else:
-            source = physical_field.name
-        out.append(f"{_quoted(source)} AS {_quoted(logical_field.name)}")
-    return out
+    return [f"{_quoted(source)} AS {_quoted(field.name)}" for source, field, _ in sources]
 
 
 # --- entry points -----------------------------------------------------------------------------------
