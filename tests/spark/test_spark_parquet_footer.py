@@ -16,10 +16,12 @@ from deltaport.spark.parquet_footer import (
     I64,
     LIST,
     RG_COLUMNS,
+    Field,
     FooterError,
     Raw,
     Struct,
     TList,
+    append_field,
     decode,
     encode,
     key_values,
@@ -89,6 +91,21 @@ def test_a_rewritten_footer_is_read_by_pyarrow_with_the_changes():
     read = pq.read_metadata(pa.BufferReader(b"PAR1" + footer + len(footer).to_bytes(4, "little") + b"PAR1"))
     assert read.num_rows == 42 and read.metadata[b"k"] == b"v" and read.num_row_groups == 10
     assert key_values(decode(footer))["k"] == "v"
+
+
+def test_a_field_appended_after_the_last_is_skipped_by_pyarrow_and_decoded_by_the_codec():
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"a": list(range(100))}), buffer, row_group_size=10)
+    footer = footer_of(buffer.getvalue())
+    longer = append_field(footer, Field(31_337, BINARY, b"\x00\xff" * 200))
+    assert longer.startswith(footer[:-1]) and len(longer) > len(footer) + 400
+    read = pq.read_metadata(pa.BufferReader(b"PAR1" + longer + len(longer).to_bytes(4, "little") + b"PAR1"))
+    assert read.num_rows == 100 and read.num_row_groups == 10 and read.schema.names == ["a"]
+    fields = decode(longer).fields
+    assert fields[-1].id == 31_337 and fields[-1].value == b"\x00\xff" * 200
+    assert encode(Struct(fields[:-1])) == footer
+    with pytest.raises(FooterError, match="stop byte"):
+        append_field(footer + b"\x15", Field(31_337, BINARY, b""))
 
 
 def test_fields_are_kept_in_id_order_and_long_ids_and_lists_encode():

@@ -14,6 +14,12 @@ chunks back to back, and the original footer rewritten (:func:`compact_footer`):
 * column and offset indexes and bloom filters are dropped (their bytes are not fetched);
 * a key-value entry ``deltaport.chunks`` records which original row groups and leaf columns
   the entry holds, and the original file's size (:class:`Record`).
+
+A *sparse entry* serves a query that needs every row group, in a cache that keeps holes (a local
+folder): the file's own bytes at their own offsets, only the needed chunks and the bytes between
+the last chunk and the footer (page indexes, bloom filters) written, the rest left a hole. Its
+footer is the original with the record appended as a field no parquet reader knows, so skips
+(:func:`sparse_footer`): no footer is decoded or rewritten to make one.
 """
 
 from __future__ import annotations
@@ -24,9 +30,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from deltaport.spark import parquet_footer as pf
-from deltaport.spark.parquet_footer import FooterError, Struct, decode, encode, key_values, put_key_value
+from deltaport.spark.parquet_footer import (
+    FooterError,
+    Struct,
+    append_field,
+    decode,
+    encode,
+    key_values,
+    put_key_value,
+)
 
-__all__ = ["Chunk", "Footer", "Need", "Record", "coalesce", "compact_footer", "footer_chunks", "parse_footer", "wanted"]
+__all__ = [
+    "Chunk",
+    "Footer",
+    "Need",
+    "Record",
+    "coalesce",
+    "compact_footer",
+    "data_end",
+    "footer_chunks",
+    "parse_footer",
+    "sparse_footer",
+    "sparse_record",
+    "wanted",
+]
 
 MAGIC = b"PAR1"
 RECORD_KEY = "deltaport.chunks"
@@ -96,6 +123,16 @@ def footer_chunks(footer: Footer, groups: Iterable[int], leaves: Iterable[int]) 
             start = _chunk_start(column.data_page_offset, dictionary)
             out.append(Chunk(group, leaf, start, column.total_compressed_size))
     return sorted(out, key=lambda c: (c.group, c.start))
+
+
+def data_end(footer: Footer) -> int:
+    """Where the last row group's chunks end: what lies from there to the footer (page indexes,
+    bloom filters) is read by readers that filter pages."""
+    arrow = footer.arrow
+    if arrow.num_row_groups == 0:
+        return len(MAGIC)
+    last = arrow.num_row_groups - 1
+    return max(c.end for c in footer_chunks(footer, [last], range(arrow.num_columns)))
 
 
 def _chunk(column: Struct, group: int, leaf: int) -> Chunk:
@@ -250,3 +287,36 @@ def compact_footer(footer: Footer, record: Record, placed: dict[tuple[int, int],
     tree.put(pf.FMD_NUM_ROWS, pf.I64, sum(footer.arrow.row_group(g).num_rows for g in record.groups))
     put_key_value(tree, RECORD_KEY, record.to_json())
     return encode(tree)
+
+
+# --- the sparse entry's footer ------------------------------------------------------------------------
+
+#: The FileMetaData field a sparse entry's record is appended as: far above parquet.thrift's ids,
+#: so that every reader skips it as a field of a later format version.
+SPARSE_FIELD = 31_337
+_SPARSE_MARK = b"DPSE"
+
+
+def _sparse_payload(record: Record) -> bytes:
+    text = record.to_json().encode()
+    return text + len(text).to_bytes(4, "little") + _SPARSE_MARK
+
+
+def sparse_footer(raw: bytes, record: Record) -> bytes:
+    """The footer ``raw`` of the original file with ``record`` appended (see the module docstring)."""
+    return append_field(raw, pf.Field(SPARSE_FIELD, pf.BINARY, _sparse_payload(record)))
+
+
+def sparse_record(raw: bytes, original: bytes) -> Record | None:
+    """The record of a sparse entry whose footer is ``raw``, made from the footer ``original``;
+    None when ``raw`` is not exactly that (a compact entry, another file's, a damaged one)."""
+    if len(raw) < 10 or raw[-5:-1] != _SPARSE_MARK:
+        return None
+    length = int.from_bytes(raw[-9:-5], "little")
+    try:
+        data = json.loads(raw[-9 - length : -9])
+        record = Record(int(data["size"]), tuple(int(g) for g in data["groups"]), tuple(int(c) for c in data["leaves"]))
+        again = sparse_footer(original, record)
+    except (ValueError, TypeError, KeyError, FooterError):
+        return None
+    return record if data.get("v") == 1 and again == raw else None

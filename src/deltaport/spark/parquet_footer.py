@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Field", "FooterError", "Raw", "Struct", "TList", "TMap", "decode", "encode"]
+__all__ = ["Field", "FooterError", "Raw", "Struct", "TList", "TMap", "append_field", "decode", "encode"]
 
 STOP, TRUE, FALSE, BYTE, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT = range(13)
 _INTEGERS = (I16, I32, I64)
@@ -313,6 +313,20 @@ def _struct(value: Struct, out: bytearray) -> None:
 def encode(value: Struct) -> bytes:
     out = bytearray()
     _struct(value, out)
+    return bytes(out)
+
+
+def append_field(raw: bytes, extra: Field) -> bytes:
+    """The struct ``raw`` (encoded) with ``extra`` as its last field, its id written in full (a
+    reader takes it for what its id says whatever came before; one that does not know the id
+    skips it). Only the struct's final stop byte is read of ``raw``."""
+    if not raw or raw[-1] != STOP:
+        raise FooterError("not a thrift struct: it does not end in a stop byte")
+    out = bytearray(raw[:-1])
+    out.append(extra.type)
+    _zigzag(extra.id, out)
+    _value(extra.type, extra.value, out)
+    out.append(STOP)
     return bytes(out)
 
 

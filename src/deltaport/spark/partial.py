@@ -3,13 +3,14 @@
 Beside a file's whole-file entry ``<key>.parquet`` (:mod:`deltaport.spark.staging`) a query
 that names its columns keeps:
 
-* ``<key>.footer``: the file's last bytes (footer, its length, ``PAR1``), fetched once by a
-  ranged GET of the last 64 KiB (and a second one when the footer is longer);
-* ``<key>.part.parquet``: a compact entry (:mod:`deltaport.spark.chunks`) with the needed
-  chunks. A later query it covers uses it as is; one it does not cover makes a new entry for
-  the union of columns and row groups, copying the chunks it already holds and fetching the
-  rest (ranges closer than :data:`~deltaport.spark.chunks.GAP` in one range; a file's ranges in
-  one GET where the server answers them together, as deltaport's own does), written aside and renamed.
+* ``<key>.footer``: the file's last bytes (at least the footer, its length and ``PAR1``),
+  fetched once by a ranged GET of the last 64 KiB (and a second one when the footer is longer);
+* ``<key>.part.parquet``: the needed chunks, as a sparse entry when the query needs every row
+  group and the cache keeps holes, else as a compact one (both: :mod:`deltaport.spark.chunks`).
+  A later query it covers uses it as is; one it does not cover makes a new entry for the union
+  of columns and row groups, copying the chunks it already holds and fetching the rest (ranges
+  closer than :data:`~deltaport.spark.chunks.GAP` in one range; a file's ranges in one GET where
+  the server answers them together, as deltaport's own does), written aside and renamed.
 
 A valid whole-file entry always wins. When the needed bytes are most of the file (80 %), the
 whole file is fetched instead. A store that ignores ``Range`` answers the first GET with the
@@ -34,8 +35,11 @@ from deltaport.spark.chunks import (
     chunks,
     coalesce,
     compact_footer,
+    data_end,
     footer_chunks,
     parse_footer,
+    sparse_footer,
+    sparse_record,
 )
 from deltaport.spark.chunks import tail as footer_tail
 from deltaport.spark.chunks import wanted as wanted_parts
@@ -77,45 +81,63 @@ def _footer_in(data: bytes, size: int | None = None) -> bytes | None:
     return data[-8 - length : -8]
 
 
+def _last_footer(area: CacheArea, path: str, length: int, limit: int | None = None) -> bytes | None:
+    """The footer at the end of the cached file ``path`` of ``length`` bytes (read from its last
+    64 KiB, or all of it when the footer is longer); ``limit``: the file it ends must be a parquet
+    file of that many bytes."""
+    raw = _footer_in(area.read(path, max(0, length - TAIL), TAIL), limit)
+    if raw is None and length > TAIL:
+        raw = _footer_in(area.read(path, 0, length), limit)
+    return raw
+
+
 def cached_footer(area: CacheArea, relpath: str) -> Footer | None:
     size = area.size(footer_relpath(relpath))
     if not size:
         return None
     try:
-        raw = _footer_in(area.read(footer_relpath(relpath), 0, size))
-        return parse_footer(raw) if raw is not None and len(raw) + 8 == size else None
+        raw = _last_footer(area, footer_relpath(relpath), size)
+        return parse_footer(raw) if raw is not None else None
     except (OSError, FooterError):
         return None
 
 
 @dataclass(frozen=True)
 class Entry:
-    """A compact entry found in the cache: what it holds, and its footer (where its chunks are)."""
+    """A compact or sparse entry found in the cache: what it holds, and where its chunks are (a
+    compact entry's footer; a sparse one has them where the file does)."""
 
     record: Record
-    tree: Struct
+    footer: Footer
+    tree: Struct | None  # a compact entry's footer; None for a sparse one
 
     def chunk(self, group: int, leaf: int) -> Chunk:
+        if self.tree is None:
+            return footer_chunks(self.footer, [group], [leaf])[0]
         return chunks(self.tree, [group], [leaf], as_groups=self.record.groups)[0]
 
 
-def compact_entry(area: CacheArea, relpath: str, size: int) -> Entry | None:
-    """The compact entry of a file of ``size`` bytes, when it is whole and says what it holds."""
+def held_entry(area: CacheArea, relpath: str, footer: Footer, size: int) -> Entry | None:
+    """The entry of a file of ``size`` bytes whose footer is ``footer``, when it is whole and
+    says what it holds."""
     path = part_relpath(relpath)
     try:
         length = area.size(path)
         if length is None or length < 12:
             return None
-        raw = _footer_in(area.read(path, max(0, length - TAIL), TAIL), length)
-        if raw is None:
-            raw = _footer_in(area.read(path, 0, length), length)
+        raw = _last_footer(area, path, length, length)
         if raw is None:
             return None
+        sparse = sparse_record(raw, footer.raw)
+        if sparse is not None:
+            whole = sparse.size == size and length == size + len(raw) - len(footer.raw)
+            every = sparse.groups == tuple(range(footer.arrow.num_row_groups))
+            return Entry(sparse, footer, None) if whole and every else None
         tree = decode(raw, FOOTER_ONLY)
         record = Record.of(tree)
         if record is None or record.size != size:
             return None
-        entry = Entry(record, tree)
+        entry = Entry(record, footer, tree)
         end = max((c.end for c in chunks(tree, record.groups, record.leaves, as_groups=record.groups)), default=4)
         return entry if end <= length - len(raw) - 8 else None
     except (OSError, FooterError, ValueError, AttributeError, IndexError, TypeError):
@@ -128,7 +150,7 @@ def covered(area: CacheArea, relpath: str, size: int, need: Need) -> bool:
     footer = cached_footer(area, relpath)
     if footer is None:
         return False
-    entry = compact_entry(area, relpath, size)
+    entry = held_entry(area, relpath, footer, size)
     return entry is not None and entry.record.covers(*wanted_parts(footer, need))
 
 
@@ -205,15 +227,39 @@ def _fetch_footer(file: Any) -> tuple[Footer | None, int]:
     except FooterError:
         raise _changed(action, "its footer does not parse") from None
     side = area.write(footer_relpath(relpath))
-    side.write(footer_tail(raw))
+    side.write(data)
     side.commit()
     return footer, got
 
 
-class _Slicer:
-    """A writer for one GET of a run of chunks: passes on only the chunks' bytes."""
+class _Appended:
+    """A compact entry being written: each chunk's bytes after the last's."""
 
-    def __init__(self, out: Any, begin: int, pieces: list[Chunk]) -> None:
+    def __init__(self, write: Any) -> None:
+        self.file = write
+
+    def put(self, offset: int, data: Any) -> None:
+        self.file.write(data)
+
+
+class _Placed:
+    """A sparse entry being written: each byte at its offset in the original file."""
+
+    def __init__(self, write: Any) -> None:
+        self.file, self.pos = write, 0
+
+    def put(self, offset: int, data: Any) -> None:
+        if offset != self.pos:
+            self.file.seek(offset)
+        self.file.write(data)
+        self.pos = offset + len(data)
+
+
+class _Slicer:
+    """A writer for one GET of a run of chunks: passes on only the chunks' bytes, with their
+    offsets in the file."""
+
+    def __init__(self, out: _Appended | _Placed, begin: int, pieces: list[Chunk]) -> None:
         self.out, self.pos, self.pieces = out, begin, pieces
 
     def write(self, data: Any) -> int:
@@ -221,7 +267,7 @@ class _Slicer:
         for piece in self.pieces:
             lo, hi = max(piece.start, self.pos), min(piece.end, end)
             if lo < hi:
-                self.out.write(view[lo - self.pos : hi - self.pos])
+                self.out.put(lo, view[lo - self.pos : hi - self.pos])
         self.pos = end
         return len(data)
 
@@ -239,7 +285,7 @@ class _File:
     action: FileAction
     pool: ConnectionPool
 
-    def fetch_runs(self, out: Any, runs: list[list[Chunk]]) -> int:
+    def fetch_runs(self, out: _Appended | _Placed, runs: list[list[Chunk]]) -> int:
         """Fetch ``runs`` into ``out`` in order: in one GET where the server answers several ranges
         together (deltaport's own), else one GET each."""
         if len(runs) > 1:
@@ -251,7 +297,7 @@ class _File:
                 pass
         return sum(self.fetch_run(out, run) for run in runs)
 
-    def fetch_run(self, out: Any, run: list[Chunk]) -> int:
+    def fetch_run(self, out: _Appended | _Placed, run: list[Chunk]) -> int:
         action = self.action
         got, ranged = copy_range(
             action.url,
@@ -279,23 +325,20 @@ class _File:
         return got
 
 
-def _copy_chunks(file: _File, out: Any, plan: list[Chunk], old: Entry | None) -> int:
-    """Write ``plan``'s chunks in order: those in ``old`` copied from it, the others fetched."""
-    fetched, remote = 0, list[Chunk]()
-
-    def flush() -> int:
-        got = file.fetch_runs(out, coalesce(remote))
-        remote.clear()
-        return got
-
+def _copy_chunks(file: _File, out: _Appended | _Placed, plan: list[Chunk], old: Entry | None) -> int:
+    """Write ``plan``'s chunks: those in ``old`` copied from it, the others fetched (in order into
+    a compact entry; into a sparse one, all fetched together)."""
+    fetched, runs, remote = 0, list[list[Chunk]](), list[Chunk]()
     for piece in plan:
         if old is not None and old.record.covers([piece.group], [piece.leaf]):
-            fetched += flush()
+            runs, remote = runs + coalesce(remote), []  # a run never spans a chunk already held
+            if isinstance(out, _Appended):
+                fetched, runs = fetched + file.fetch_runs(out, runs), []
             source = old.chunk(piece.group, piece.leaf)
-            out.write(file.area.read(part_relpath(file.relpath), source.start, source.length))
+            out.put(piece.start, file.area.read(part_relpath(file.relpath), source.start, source.length))
         else:
             remote.append(piece)
-    return fetched + flush()
+    return fetched + file.fetch_runs(out, runs + coalesce(remote))
 
 
 def _write_part(file: _File, footer: Footer, plan: list[Chunk], old: Entry | None, record: Record) -> int:
@@ -306,8 +349,53 @@ def _write_part(file: _File, footer: Footer, plan: list[Chunk], old: Entry | Non
     write = file.area.write(part_relpath(file.relpath))
     try:
         write.write(MAGIC)
-        fetched = _copy_chunks(file, write, plan, old)
+        fetched = _copy_chunks(file, _Appended(write), plan, old)
         write.write(footer_tail(compact_footer(footer, record, placed)))
+    except BaseException:
+        write.abort()
+        raise
+    write.commit()
+    return fetched
+
+
+INDEXES = -1  # the row group of the piece of a sparse plan that is not a chunk: the page indexes
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """Where the bytes between the last chunk and the footer are (page indexes, bloom filters):
+    ``start`` to ``end``, of which the side file (the file's last bytes) holds those from ``held``."""
+
+    start: int
+    end: int
+    held: int
+
+    @classmethod
+    def of(cls, file: _File, footer: Footer) -> _Tail:
+        size = file.action.size
+        held = size - (file.area.size(footer_relpath(file.relpath)) or 0)
+        return cls(data_end(footer), size - 8 - len(footer.raw), held)
+
+    def fetched(self) -> list[Chunk]:
+        """The piece of it the side file lacks, to fetch with the chunks."""
+        end = min(self.held, self.end)
+        return [Chunk(INDEXES, INDEXES, self.start, end - self.start)] if self.start < end else []
+
+
+def _write_sparse(file: _File, footer: Footer, plan: list[Chunk], old: Entry | None, record: Record) -> int:
+    tail = _Tail.of(file, footer)
+    write = file.area.write(part_relpath(file.relpath))
+    out = _Placed(write)
+    try:
+        out.put(0, MAGIC)
+        fetched = _copy_chunks(file, out, sorted(plan + tail.fetched(), key=lambda c: c.start), old)
+        start = max(tail.start, tail.held)
+        if start < tail.end:
+            side = file.area.read(footer_relpath(file.relpath), start - tail.held, tail.end - start)
+            if len(side) != tail.end - start:
+                raise _changed(file.action, "its cached last bytes are short")
+            out.put(start, side)
+        out.put(tail.end, footer_tail(sparse_footer(footer.raw, record)))
     except BaseException:
         write.abort()
         raise
@@ -331,15 +419,18 @@ def stage_needed(area: CacheArea, relpath: str, action: FileAction, need: Need, 
         if footer is None:
             return fetched  # the whole file came
     groups, leaves = wanted_parts(footer, need)
-    old = compact_entry(area, relpath, action.size)
+    old = held_entry(area, relpath, footer, action.size)
     if old is not None:
         if old.record.covers(groups, leaves):
             return fetched
         groups, leaves = tuple(sorted({*groups, *old.record.groups})), tuple(sorted({*leaves, *old.record.leaves}))
     plan = footer_chunks(footer, groups, leaves)
-    if _to_fetch(plan, old) + len(footer.raw) >= WHOLE_SHARE * action.size:
+    sparse = area.holes and groups == tuple(range(footer.arrow.num_row_groups))
+    extra = _Tail.of(file, footer).fetched() if sparse else []
+    if _to_fetch(plan + extra, old) + len(footer.raw) >= WHOLE_SHARE * action.size:
         return fetched + file.whole()
+    write = _write_sparse if sparse else _write_part
     try:
-        return fetched + _write_part(file, footer, plan, old, Record(action.size, groups, leaves))
+        return fetched + write(file, footer, plan, old, Record(action.size, groups, leaves))
     except _RangeIgnored:
         return fetched + file.whole()

@@ -8,7 +8,7 @@ again by name, by any pipeline that shares the cache::
                                                                                applied, widened types cast)
     <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.part.parquet  (only some column chunks,
                                                                                spark/partial.py)
-    <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.footer        (the file's footer, kept)
+    <root>/deltaport-staging-v1/<table key>/<folders>/<file key>.footer        (the file's last bytes, kept)
 
 * ``table key``: a digest of the sharing endpoint, the table's three-part name and its Delta
   table id; ``file key``: a digest of the file's id, its size and its deletion vectors;
@@ -130,9 +130,12 @@ class Entry:
 
 
 class CacheArea(Protocol):
-    """Where the cache lives; paths are relative to ``<root>/deltaport-staging-v1``."""
+    """Where the cache lives; paths are relative to ``<root>/deltaport-staging-v1``. ``holes``:
+    a file written with :meth:`AtomicWrite.seek` past its end keeps the gap as a hole, costing no
+    space (a local file system), rather than bytes written (an object store: never asked)."""
 
     root: str
+    holes: bool
 
     def uri(self, relpath: str) -> str: ...
     def check_writable(self) -> None: ...
@@ -150,6 +153,7 @@ class AtomicWrite(Protocol):
     :meth:`write` raises :class:`StagingError` (one line naming the fix) when the location fails."""
 
     def write(self, data: Any) -> int: ...
+    def seek(self, offset: int) -> None: ...
     def commit(self) -> None: ...
     def abort(self) -> None: ...
 
@@ -203,6 +207,13 @@ class _AtomicFile:
         except OSError as exc:
             raise describe_os_error(exc, self.area.root) from None
 
+    def seek(self, offset: int) -> None:
+        """Write on from ``offset`` (only where the area keeps holes)."""
+        try:
+            self.file.seek(offset)
+        except OSError as exc:
+            raise describe_os_error(exc, self.area.root) from None
+
     def commit(self) -> None:
         try:
             self.file.close()
@@ -249,6 +260,8 @@ class _LocalWrite(_AtomicFile):
 
 class LocalArea:
     """The cache in a local folder (or a mount every executor sees)."""
+
+    holes = True
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -366,6 +379,8 @@ class ArrowArea:
     """The cache in a file system pyarrow reaches. Object stores have no rename: each PUT of a
     whole file is atomic, so files are written in place; HDFS writes a temporary file and renames.
     Objects keep no access time, so an object store's cache ages by the time a file was staged."""
+
+    holes = False
 
     def __init__(self, root: str, fs: Any = None) -> None:
         from pyarrow import fs as pafs
