@@ -280,3 +280,32 @@ def test_bad_tables_and_options_are_one_line_before_spark_runs(spark, sharing, t
         blocker = tmp_path / "file"
         blocker.write_text("")
         read_table(spark, sharing.url("sales"), stagingLocation=str(blocker))
+
+
+def test_a_rewritten_file_keeps_its_text_columns_dictionary_encoded_in_every_row_group(tmp_path):
+    """Each row group of the source is read with its own dictionary (in its own order); the copy
+    must not fall back to plain strings where they change."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from deltaport.spark.fetching import staged_copy
+
+    rows, groups = 40_000, 4
+    rng = np.random.default_rng(5)
+    names = pa.array([f"category_{k:03d}" for k in rng.integers(0, 100, rows)])
+    source = pa.table({"id": pa.array(np.arange(rows)), "category": names})
+    path = tmp_path / "source.parquet"
+    pq.write_table(source, path, row_group_size=rows // groups)
+    read = pq.read_table(path, read_dictionary=["category"])
+    assert len({str(chunk.dictionary) for chunk in read.column("category").chunks}) > 1  # the case at hand
+    kept = read.filter(pa.array(rng.random(rows) > 0.01))
+
+    copy = staged_copy(kept, ["category"])
+    meta = pq.read_metadata(pa.BufferReader(copy))
+    for group in range(meta.num_row_groups):
+        chunk = meta.row_group(group).column(1)
+        assert chunk.has_dictionary_page and chunk.total_compressed_size < 2 * meta.row_group(group).num_rows
+    back = pq.read_table(pa.BufferReader(copy))
+    assert back.column("category").to_pylist() == kept.column("category").to_pylist()
+    assert back.column("id").to_pylist() == kept.column("id").to_pylist()
