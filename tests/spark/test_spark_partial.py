@@ -20,7 +20,7 @@ from deltaport.client.errors import FileDownloadError, UrlExpired
 from deltaport.spark import chunks, read_table, stage
 from deltaport.spark.chunks import RECORD_KEY
 from deltaport.spark.parquet_footer import I64, decode, encode, put_key_value
-from deltaport.spark.partial import TAIL
+from deltaport.spark.partial import TAIL, part_relpath
 from deltaport.spark.projection import UnknownColumn
 
 TOKEN = "partial-token"
@@ -602,3 +602,29 @@ def test_a_refused_url_is_renewed_for_the_chunks_too(served, tmp_path):
     report = stage_files(area, [task], threads=1, refresh=Refresh(remote, "snapshot", {}))
     assert report.files == 1 and 0 < report.bytes < action.size / 2
     assert area.size(f"t/{file_key(action.id, action.size)}.part.parquet")
+
+
+def test_a_side_file_cut_while_a_sparse_entry_is_written_gives_its_bytes_by_a_fetch(served, tmp_path):
+    from deltaport.spark.chunks import Need
+    from deltaport.spark.fetching import StageTask, stage_files
+    from deltaport.spark.options import ReadOptions
+    from deltaport.spark.staging import LocalArea, file_key
+
+    class CutSideFile(LocalArea):
+        def read(self, relpath: str, offset: int, length: int) -> bytes:
+            data = super().read(relpath, offset, length)
+            return data[:-1] if relpath.endswith(".footer") and offset > 0 else data
+
+    remote = ReadOptions.parse({"path": served.url("many")}).remote
+    with remote.open() as session:
+        action = next(f for f in session.snapshot().files if f.partition_values["part"] == "even")  # page indexes
+    task = StageTask(action, f"t/{file_key(action.id, action.size)}.parquet", False, need=Need(("qty",)))
+    area = CutSideFile(str(tmp_path / "cache"))
+    served.storage.requests = 0
+    stage_files(area, [task], threads=1, refresh=None)
+    assert served.storage.requests == 3  # the last bytes, the chunks, then the page indexes the side file lacked
+    original = next(p for p in served.tables["many"].rglob("*.parquet") if p.stat().st_size == action.size).read_bytes()
+    entry = Path(area.base, part_relpath(task.relpath)).read_bytes()
+    footer = chunks.parse_footer(_footer(original))
+    start, end = chunks.data_end(footer), len(original) - 8 - len(footer.raw)
+    assert end - start > 1000 and entry[start:end] == original[start:end]

@@ -383,18 +383,20 @@ class _Tail:
 
 
 def _write_sparse(file: _File, footer: Footer, plan: list[Chunk], old: Entry | None, record: Record) -> int:
+    """``plan``: the chunks, and the piece of the tail the side file lacks (:meth:`_Tail.fetched`)."""
     tail = _Tail.of(file, footer)
     write = file.area.write(part_relpath(file.relpath))
     out = _Placed(write)
     try:
         out.put(0, MAGIC)
-        fetched = _copy_chunks(file, out, sorted(plan + tail.fetched(), key=lambda c: c.start), old)
+        fetched = _copy_chunks(file, out, plan, old)
         start = max(tail.start, tail.held)
         if start < tail.end:
             side = file.area.read(footer_relpath(file.relpath), start - tail.held, tail.end - start)
-            if len(side) != tail.end - start:
-                raise _changed(file.action, "its cached last bytes are short")
-            out.put(start, side)
+            if len(side) == tail.end - start:
+                out.put(start, side)
+            else:  # the side file was cut meanwhile: fetch its bytes instead
+                fetched += file.fetch_run(out, [Chunk(INDEXES, INDEXES, start, tail.end - start)])
         out.put(tail.end, footer_tail(sparse_footer(footer.raw, record)))
     except BaseException:
         write.abort()
@@ -426,8 +428,9 @@ def stage_needed(area: CacheArea, relpath: str, action: FileAction, need: Need, 
         groups, leaves = tuple(sorted({*groups, *old.record.groups})), tuple(sorted({*leaves, *old.record.leaves}))
     plan = footer_chunks(footer, groups, leaves)
     sparse = area.holes and groups == tuple(range(footer.arrow.num_row_groups))
-    extra = _Tail.of(file, footer).fetched() if sparse else []
-    if _to_fetch(plan + extra, old) + len(footer.raw) >= WHOLE_SHARE * action.size:
+    if sparse:
+        plan = sorted(plan + _Tail.of(file, footer).fetched(), key=lambda c: c.start)
+    if _to_fetch(plan, old) + len(footer.raw) >= WHOLE_SHARE * action.size:
         return fetched + file.whole()
     write = _write_sparse if sparse else _write_part
     try:
