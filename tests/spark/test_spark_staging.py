@@ -130,6 +130,33 @@ def test_eviction_by_bytes_then_age_keeping_recent_and_current_entries(tmp_path)
     assert [e.relpath for e in area.entries()] == ["t/recent.parquet"]  # used within the grace period
 
 
+def test_a_process_walks_a_cache_to_evict_once_a_minute_or_when_it_staged_a_twentieth_of_its_limit(tmp_path):
+    from deltaport.spark.staging import EVICT_SPACING_S, evict_now_and_then
+
+    area, other = LocalArea(str(tmp_path / "cache")), LocalArea(str(tmp_path / "other"))
+    for name in ("a", "b", "c"):
+        _put(area, f"t/{name}.parquet", b"x" * 100, 500)
+    now = [1000.0]
+
+    def run(target, staged):
+        return evict_now_and_then(
+            target, staged=staged, max_bytes=2000, max_age_seconds=10, grace_seconds=60, clock=lambda: now[0]
+        )
+
+    assert run(area, 0).removed_files == 3  # the first read of a process walks
+    _put(area, "t/d.parquet", b"x" * 100, 500)
+    now[0] += 1
+    assert run(area, 60) is None and run(area, 39) is None  # 99 bytes staged since: under 2000 / 20
+    assert run(other, 0) is not None  # each location on its own
+    assert run(area, 1).removed_files == 1  # 100 bytes: a twentieth of the limit
+    _put(area, "t/e.parquet", b"x" * 100, 500)
+    now[0] += EVICT_SPACING_S - 1
+    assert run(area, 0) is None
+    now[0] += 1
+    assert run(area, 0).removed_files == 1  # a minute after the last walk
+    assert not list(area.entries())
+
+
 # --- locations ----------------------------------------------------------------------------------------
 
 

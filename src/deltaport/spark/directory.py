@@ -27,7 +27,7 @@ from deltaport.client.directory import DIR, MODES, DirectoryRead, choose_mode
 from deltaport.errors import InvalidParameter, UnsupportedOperation
 from deltaport.spark.fetching import StageReport
 from deltaport.spark.options import ReadOptions, StagingOptions
-from deltaport.spark.staging import CacheArea, evict, open_area, table_key
+from deltaport.spark.staging import CacheArea, evict_now_and_then, open_area, table_key
 
 __all__ = ["ACCESS_MODE_OPTION", "access_mode", "stage_by_directory"]
 
@@ -92,8 +92,9 @@ def stage_by_directory(
                 staged_bytes += _write(area, relpath, list(directory.scan(index)), schema)
                 fetched += 1
     area.touch(parts)
-    evict(
+    evict_now_and_then(
         area,
+        staged=staged_bytes,
         max_bytes=staging.cache_max_bytes,
         max_age_seconds=staging.cache_max_age_seconds,
         grace_seconds=staging.cache_grace_seconds,

@@ -47,7 +47,7 @@ from deltaport.spark.staging import (
     CacheArea,
     LocalArea,
     StagingError,
-    evict,
+    evict_now_and_then,
     file_key,
     folder,
     open_area,
@@ -221,8 +221,9 @@ def _stage(
         report = stage_on_executors(spark, location, missing, threads=staging.threads, refresh=plan.refresh)
     else:
         report = stage_files(area, missing, threads=staging.threads, refresh=plan.refresh)
-    evict(
+    evict_now_and_then(
         area,
+        staged=report.bytes,
         max_bytes=staging.cache_max_bytes,
         max_age_seconds=staging.cache_max_age_seconds,
         grace_seconds=staging.cache_grace_seconds,

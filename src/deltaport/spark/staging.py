@@ -32,6 +32,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -48,6 +49,7 @@ __all__ = [
     "StagingError",
     "default_location",
     "evict",
+    "evict_now_and_then",
     "file_key",
     "folder",
     "open_area",
@@ -527,3 +529,33 @@ def evict(
         removed += 1
         removed_bytes += entry.size
     return Eviction(removed, removed_bytes, total)
+
+
+#: Eviction walks and stats the whole cache (185 ms for 20,000 entries on this machine's disk), so
+#: a process walks one location at most this often, unless it staged a twentieth of the size limit
+#: into it since: between walks the cache may exceed its limit by that much.
+EVICT_SPACING_S = 60.0
+_walks: dict[str, tuple[float, int]] = {}  # location -> (when it was last walked, bytes staged since)
+_walks_lock = threading.Lock()
+
+
+def evict_now_and_then(
+    area: CacheArea,
+    *,
+    staged: int,
+    max_bytes: int,
+    max_age_seconds: float,
+    grace_seconds: float,
+    keep: Iterable[str] = (),
+    clock: Any = time.monotonic,
+) -> Eviction | None:
+    """:func:`evict` after a read that staged ``staged`` bytes, when it is due (see
+    :data:`EVICT_SPACING_S`); None when it is not."""
+    now = clock()
+    with _walks_lock:
+        last, since = _walks.get(area.root, (float("-inf"), 0))
+        due = now - last >= EVICT_SPACING_S or (since + staged) * 20 >= max_bytes
+        _walks[area.root] = (now, 0) if due else (last, since + staged)
+    if not due:
+        return None
+    return evict(area, max_bytes=max_bytes, max_age_seconds=max_age_seconds, grace_seconds=grace_seconds, keep=keep)
