@@ -23,6 +23,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # quiet
         pass
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except ConnectionResetError:  # a client reset a kept-alive connection: nothing to report
+            self.close_connection = True
+
     def do_GET(self) -> None:
         type(self).seen.append((self.path, dict(self.headers), self.client_address[1]))
         if self.path.startswith("/redirect"):
