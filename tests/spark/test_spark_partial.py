@@ -569,6 +569,20 @@ def test_executors_fetch_chunks_alike_and_load_as_spark_passes_columns_and_where
     assert loaded.columns == ["qty"] and rows(loaded) == expected
 
 
+def test_executors_stage_sparse_entries_alike(spark, served, cache, tmp_path):
+    # the wide table: its chunks lie far apart even for the executors' default hole (small_holes
+    # patches the driver's only); no row group ruled out, page indexes fetched with the chunks
+    where = "c7 > 100"
+    expected = rows(whole_read(spark, served, "wide", tmp_path, ["c7"], where))
+    on_executors = read_table(
+        spark, served.url("wide"), columns=["c7"], where=where, stagingLocation=cache, stagingFetch="spark"
+    )
+    assert rows(on_executors) == expected
+    ((_, data, original, record),) = sparse_entries(served, "wide", cache)
+    for start, end in held_ranges(original, record):
+        assert data[start:end] == original[start:end]
+
+
 def test_a_footer_longer_than_the_first_get_takes_a_second(spark, served, cache, tmp_path):
     served.storage.requests = 0
     frame = read_table(spark, served.url("wide"), columns=["c7"], where="c0 >= 3500", stagingLocation=cache)
