@@ -554,15 +554,21 @@ def test_an_unknown_column_is_one_line_naming_the_columns_before_any_fetch(spark
     assert frame.columns == ["ID"] and frame.count() == 3  # named as Spark's select names it
 
 
+def staged_on_executors(spark, served, cache, tmp_path, name: str, columns: list[str], where: str) -> list[tuple]:
+    """The rows of a read staged by executors (stagingFetch=spark), checked against the whole read."""
+    expected = rows(whole_read(spark, served, name, tmp_path, columns, where))
+    on_executors = read_table(
+        spark, served.url(name), columns=columns, where=where, stagingLocation=cache, stagingFetch="spark"
+    )
+    assert rows(on_executors) == expected
+    return expected
+
+
 def test_executors_fetch_chunks_alike_and_load_as_spark_passes_columns_and_where(spark, served, cache, tmp_path):
     import deltaport
 
     where = "id < 3000 AND qty > 500"
-    expected = rows(whole_read(spark, served, "many", tmp_path, ["qty"], where))
-    on_executors = read_table(
-        spark, served.url("many"), columns=["qty"], where=where, stagingLocation=cache, stagingFetch="spark"
-    )
-    assert rows(on_executors) == expected
+    expected = staged_on_executors(spark, served, cache, tmp_path, "many", ["qty"], where)
     assert sorted(pq.ParquetFile(e).metadata.num_row_groups for e in entries(cache, ".part.parquet")) == [0, 0, 0, 2]
     url = served.url("many")
     loaded = deltaport.load_as_spark(url, spark=spark, columns=["qty"], where=where, stagingLocation=cache)
@@ -572,12 +578,7 @@ def test_executors_fetch_chunks_alike_and_load_as_spark_passes_columns_and_where
 def test_executors_stage_sparse_entries_alike(spark, served, cache, tmp_path):
     # the wide table: its chunks lie far apart even for the executors' default hole (small_holes
     # patches the driver's only); no row group ruled out, page indexes fetched with the chunks
-    where = "c7 > 100"
-    expected = rows(whole_read(spark, served, "wide", tmp_path, ["c7"], where))
-    on_executors = read_table(
-        spark, served.url("wide"), columns=["c7"], where=where, stagingLocation=cache, stagingFetch="spark"
-    )
-    assert rows(on_executors) == expected
+    staged_on_executors(spark, served, cache, tmp_path, "wide", ["c7"], "c7 > 100")
     ((_, data, original, record),) = sparse_entries(served, "wide", cache)
     for start, end in held_ranges(original, record):
         assert data[start:end] == original[start:end]

@@ -14,12 +14,14 @@ else is a :class:`~deltaport.client.errors.FileDownloadError` that says to read 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from deltaport.client.errors import FileDownloadError
 
-__all__ = ["HEAD_MAX", "RangeParts", "boundary_of", "changed_size", "content_range"]
+__all__ = ["HEAD_MAX", "RangeParts", "boundary_of", "changed_size", "content_range", "overlaps"]
+
+T = TypeVar("T")
 
 #: The most bytes one part's delimiter and headers may take.
 HEAD_MAX = 4096
@@ -33,6 +35,16 @@ def changed_size(file_id: str, got: str, size: int) -> FileDownloadError:
         http_status=400,
         file_id=file_id,
     )
+
+
+def overlaps(view: memoryview, pos: int, spans: Iterable[tuple[int, int, T]]) -> Iterator[tuple[T, int, memoryview]]:
+    """(item, file offset, bytes) of each of ``spans`` = [(start, end, item), …] that ``view``,
+    the file's bytes from ``pos``, overlaps: the part of ``view`` inside the span."""
+    end = pos + len(view)
+    for start, stop, item in spans:
+        lo, hi = max(start, pos), min(stop, end)
+        if lo < hi:
+            yield item, lo, view[lo - pos : hi - pos]
 
 
 def boundary_of(content_type: str) -> bytes | None:
@@ -96,12 +108,9 @@ class RangeParts:
 
     def _spread(self, view: memoryview) -> None:
         """One range spanning the parts: each part's share of ``view`` to its writer."""
-        end = self.pos + len(view)
-        for start, stop, out in self.parts:
-            lo, hi = max(start, self.pos), min(stop, end)
-            if lo < hi:
-                out.write(view[lo - self.pos : hi - self.pos])
-        self.pos = end
+        for out, _, piece in overlaps(view, self.pos, self.parts):
+            out.write(piece)
+        self.pos += len(view)
 
     def _headers(self, view: memoryview) -> memoryview:
         """Take a part's delimiter and headers from the start of ``view``; the rest is its bytes."""

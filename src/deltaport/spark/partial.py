@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from deltaport.client.byteranges import overlaps
 from deltaport.client.download import ConnectionPool, RangesApart, copy_range, copy_ranges, copy_url
 from deltaport.client.errors import FileDownloadError
 from deltaport.client.model import FileAction
@@ -117,6 +118,11 @@ class Entry:
         return chunks(self.tree, [group], [leaf], as_groups=self.record.groups)[0]
 
 
+def _every_group(footer: Footer) -> tuple[int, ...]:
+    """The row groups a sparse entry holds: all of the file's."""
+    return tuple(range(footer.arrow.num_row_groups))
+
+
 def held_entry(area: CacheArea, relpath: str, footer: Footer, size: int) -> Entry | None:
     """The entry of a file of ``size`` bytes whose footer is ``footer``, when it is whole and
     says what it holds."""
@@ -131,7 +137,7 @@ def held_entry(area: CacheArea, relpath: str, footer: Footer, size: int) -> Entr
         sparse = sparse_record(raw, footer.raw)
         if sparse is not None:
             whole = sparse.size == size and length == size + len(raw) - len(footer.raw)
-            every = sparse.groups == tuple(range(footer.arrow.num_row_groups))
+            every = sparse.groups == _every_group(footer)
             return Entry(sparse, footer, None) if whole and every else None
         tree = decode(raw, FOOTER_ONLY)
         record = Record.of(tree)
@@ -260,15 +266,13 @@ class _Slicer:
     offsets in the file."""
 
     def __init__(self, out: _Appended | _Placed, begin: int, pieces: list[Chunk]) -> None:
-        self.out, self.pos, self.pieces = out, begin, pieces
+        self.out, self.pos = out, begin
+        self.spans = [(piece.start, piece.end, None) for piece in pieces]
 
     def write(self, data: Any) -> int:
-        view, end = memoryview(data), self.pos + len(data)
-        for piece in self.pieces:
-            lo, hi = max(piece.start, self.pos), min(piece.end, end)
-            if lo < hi:
-                self.out.put(lo, view[lo - self.pos : hi - self.pos])
-        self.pos = end
+        for _, offset, piece in overlaps(memoryview(data), self.pos, self.spans):
+            self.out.put(offset, piece)
+        self.pos += len(data)
         return len(data)
 
 
@@ -382,9 +386,10 @@ class _Tail:
         return [Chunk(INDEXES, INDEXES, self.start, end - self.start)] if self.start < end else []
 
 
-def _write_sparse(file: _File, footer: Footer, plan: list[Chunk], old: Entry | None, record: Record) -> int:
-    """``plan``: the chunks, and the piece of the tail the side file lacks (:meth:`_Tail.fetched`)."""
-    tail = _Tail.of(file, footer)
+def _write_sparse(
+    file: _File, footer: Footer, tail: _Tail, plan: list[Chunk], old: Entry | None, record: Record
+) -> int:
+    """``plan``: the chunks, and the piece of ``tail`` the side file lacks (:meth:`_Tail.fetched`)."""
     write = file.area.write(part_relpath(file.relpath))
     out = _Placed(write)
     try:
@@ -427,13 +432,15 @@ def stage_needed(area: CacheArea, relpath: str, action: FileAction, need: Need, 
             return fetched
         groups, leaves = tuple(sorted({*groups, *old.record.groups})), tuple(sorted({*leaves, *old.record.leaves}))
     plan = footer_chunks(footer, groups, leaves)
-    sparse = area.holes and groups == tuple(range(footer.arrow.num_row_groups))
-    if sparse:
-        plan = sorted(plan + _Tail.of(file, footer).fetched(), key=lambda c: c.start)
+    tail = _Tail.of(file, footer) if area.holes and groups == _every_group(footer) else None  # sparse
+    if tail is not None:
+        plan = sorted(plan + tail.fetched(), key=lambda c: c.start)
     if _to_fetch(plan, old) + len(footer.raw) >= WHOLE_SHARE * action.size:
         return fetched + file.whole()
-    write = _write_sparse if sparse else _write_part
+    record = Record(action.size, groups, leaves)
     try:
-        return fetched + write(file, footer, plan, old, Record(action.size, groups, leaves))
+        if tail is None:
+            return fetched + _write_part(file, footer, plan, old, record)
+        return fetched + _write_sparse(file, footer, tail, plan, old, record)
     except _RangeIgnored:
         return fetched + file.whole()
