@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv and install deltaport with everything the demo and the tests need.
-# Idempotent: re-installs only when pyproject.toml changed since the last install.
+# Idempotent: re-installs only when pyproject.toml, setup.py or the C source changed since the last install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,7 +12,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.deltaport-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+# what the install builds from: the project's metadata, and the compiled loops' source
+want=$(cat pyproject.toml setup.py src/deltaport/_native.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e ".[dev]"

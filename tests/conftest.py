@@ -105,3 +105,17 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and not hasattr(report, "wasxfail") and os.environ.get("DELTAPORT_NO_SKIPS") == "1":
         report.outcome = "failed"
         report.longrepr = f"skipped where nothing may be skipped: {report.longrepr}"
+
+
+@pytest.fixture(params=["compiled", "fallback"])
+def either_loops(request, monkeypatch):
+    """Runs a test with the compiled per-file loops (deltaport._native) and again without them, in
+    this process and in the keying workers it spawns: both must make the same bytes."""
+    from deltaport import native
+
+    if request.param == "fallback":
+        monkeypatch.setattr(native, "loops", None)
+        monkeypatch.setenv("DELTAPORT_NATIVE", "0")
+    elif native.loops is None:
+        pytest.skip("deltaport._native is not built (reinstall with a C compiler: pip install -e .)")
+    return request.param

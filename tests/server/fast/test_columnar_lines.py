@@ -19,6 +19,8 @@ from deltaport.signing import LocalFileSigner
 
 NOW = 1_700_000_040.0  # at the start of a signing window, so both paths sign at the same instant
 
+pytestmark = pytest.mark.usefixtures("either_loops")  # each test with and without deltaport._native
+
 
 def _both(snapshot, id_hash="parquet", version=None):
     """The same FileLineMaker.snapshot_lines call, with and without its column-wise implementation."""

@@ -32,6 +32,8 @@ from deltaport.signing.local_mac import SIGNATURE_CHARS
 NOW = 1_700_000_040.0  # the start of a signing window
 SIGNER = LocalFileSigner("http://127.0.0.1:9/delta-sharing", "k" * 24, "AK", b"s" * 32)
 
+pytestmark = pytest.mark.usefixtures("either_loops")  # each test with and without deltaport._native
+
 
 def _running(pool: KeyingPool, timeout: float = 60) -> KeyingPool:
     pool.start()

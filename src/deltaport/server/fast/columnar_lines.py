@@ -16,6 +16,7 @@ tests/server/fast/test_columnar_lines.py.
 
 from __future__ import annotations
 
+import string
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -26,6 +27,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltaport import native
 from deltaport.delta import Snapshot
 from deltaport.protocol import lines as wire
 from deltaport.server.fast.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_packed
@@ -79,15 +81,17 @@ def _escape(values: pa.Array) -> pa.Array | None:
     return pc.replace_substring(values, '"', '\\"')
 
 
-def _json_strings(values: pa.Array) -> pa.Array:
-    """Each value as a JSON string literal (``null`` for nulls)."""
-    escaped = _escape(values)
-    if escaped is None:
-        return pa.array([orjson.dumps(v).decode() for v in values.to_pylist()], pa.string())
-    return pc.fill_null(pc.binary_join_element_wise('"', escaped, '"', ""), "null")
-
-
 _ORDINARY_PATH = r"^[A-Za-z0-9._~/=-]*$"  # only '=' differs between the log's encoding and S3's
+_ORDINARY_BYTES = (string.ascii_letters + string.digits + "._~/=-").encode()
+
+
+def _ordinary(paths: pa.Array) -> bool:
+    """Whether every path is of :data:`_ORDINARY_PATH`'s characters only."""
+    loops = native.loops
+    if loops is not None:
+        return loops.only(_value_bytes(paths), _ORDINARY_BYTES)
+    return len(paths) == 0 or pc.all(pc.match_substring_regex(paths, _ORDINARY_PATH)).as_py()
+
 
 #: Chunks a keying worker may hold at once (one being keyed, one waiting), and chunks keyed ahead.
 _WORKER_DEPTH = 2
@@ -136,30 +140,46 @@ class _JsonSafe(NamedTuple):
     pieces: tuple[str | pa.Array, ...]
 
 
+RAW, QUOTED = 0, 2  # a column's values as they are, or each as a JSON string (the modes of _native.join)
+
+
+class _Column(NamedTuple):
+    """A string column in a line: its values ``RAW`` or ``QUOTED``; a null is ``null_as``, or
+    (None) leaves out the :class:`_Optional` group around it."""
+
+    values: pa.Array
+    mode: int
+    null_as: str | None = None
+
+
+class _Optional(NamedTuple):
+    """Pieces written only where none of their columns is null (an optional field and its key)."""
+
+    pieces: list
+
+
 def _rendered(values: pa.Array | pa.ChunkedArray, kind: str, *, nullable: bool) -> list:
     """The pieces of a column's JSON values per row, as the line's field ``kind`` renders them:
     null where a value is null if ``nullable``, else ``null``. Objects are structs of strings."""
     values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    null_as = None if nullable else "null"
     if kind == "object":
         parts: list = ["{"]
         for i, f in enumerate(values.type):
-            parts += [("," if i else "") + orjson.dumps(f.name).decode() + ":", _json_strings(values.field(i))]
+            parts += [
+                ("," if i else "") + orjson.dumps(f.name).decode() + ":",
+                _Column(values.field(i), QUOTED, "null"),
+            ]
         return [*parts, "}"]
     if kind == "number":
-        text = pc.cast(values, pa.string())
-        return [text if nullable or not values.null_count else pc.fill_null(text, "null")]
-    if values.null_count and not nullable:
-        return [_json_strings(values)]
-    escaped = _escape(values)
-    if escaped is None:  # control characters: each value by orjson
-        return [pa.array([None if v is None else orjson.dumps(v).decode() for v in values.to_pylist()], pa.string())]
-    return ['"', escaped, '"']
+        return [_Column(pc.cast(values, pa.string()), RAW, null_as)]
+    return [_Column(values, QUOTED, null_as)]
 
 
 def _line_pieces(kind: str, fields: tuple[wire.WireField, ...], values: dict[str, Any]) -> list:
-    """Every line of a chunk as pieces for one ``binary_join_element_wise`` (each nested join
-    would copy its pieces again), from the line's field declaration and each field's value: a
-    column, a constant, or a :class:`_JsonSafe` string. Adjacent constants are joined here."""
+    """Every line of a chunk as one program of pieces (constants, :class:`_Column`,
+    :class:`_Optional`), from the line's field declaration and each field's value: a column, a
+    constant, or a :class:`_JsonSafe` string. Adjacent constants are joined here."""
     if fields[0].optional:
         raise ValueError(f"the first field of a {kind!r} line must be required, not {fields[0].name!r}")
     pieces: list = ["{" + orjson.dumps(kind).decode() + ":{"]
@@ -168,14 +188,12 @@ def _line_pieces(kind: str, fields: tuple[wire.WireField, ...], values: dict[str
             raise ValueError(f"the column-wise {kind!r} line has no value for the field {f.name!r} ({f.key})")
         key, value = ("," if i else "") + orjson.dumps(f.name).decode() + ":", values[f.key]
         if isinstance(value, _JsonSafe):
-            pieces += [key + '"', *(orjson.dumps(p).decode()[1:-1] if isinstance(p, str) else p for p in value.pieces)]
+            pieces += [key + '"']
+            pieces += [orjson.dumps(p).decode()[1:-1] if isinstance(p, str) else _Column(p, RAW) for p in value.pieces]
             pieces.append('"')
         elif isinstance(value, (pa.Array, pa.ChunkedArray)):
             rendered = _rendered(value, f.kind, nullable=f.optional)
-            if f.optional:  # the key too is left out where the value is null
-                pieces.append(pc.fill_null(pc.binary_join_element_wise(*_merged([key, *rendered]), ""), ""))
-            else:
-                pieces += [key, *rendered]
+            pieces += [_Optional(_merged([key, *rendered]))] if f.optional else [key, *rendered]
         elif value is not None or not f.optional:
             pieces.append(key + orjson.dumps(value).decode())
     pieces.append("}}\n")
@@ -191,6 +209,45 @@ def _merged(pieces: list) -> list:
         else:
             out.append(p)
     return out
+
+
+def _joined(n: int, pieces: list) -> memoryview:
+    """The ``n`` lines of a program of pieces, concatenated: by the compiled join where it was
+    built, else by Arrow's kernels (the same bytes; tests/server/fast/test_columnar_lines.py runs
+    both)."""
+    loops = native.loops
+    if loops is None:
+        return _buffer_view(pc.binary_join_element_wise(*[_arrow_piece(p) for p in pieces], ""))
+    return memoryview(loops.join(n, [_native_piece(p) for p in pieces]))
+
+
+def _native_piece(p: str | _Column | _Optional) -> bytes | tuple | list:
+    if isinstance(p, str):
+        return p.encode()
+    if isinstance(p, _Optional):
+        return [_native_piece(q) for q in p.pieces]
+    values = p.values
+    valid = values.buffers()[0] if values.null_count else None
+    data = values.buffers()[2] if len(values) else None
+    null_as = None if p.null_as is None else p.null_as.encode()
+    return (_offsets(values).astype(np.int64), b"" if data is None else data, valid, values.offset, p.mode, null_as)
+
+
+def _arrow_piece(p: str | _Column | _Optional) -> str | pa.Array:
+    if isinstance(p, str):
+        return p
+    if isinstance(p, _Optional):
+        return pc.fill_null(pc.binary_join_element_wise(*[_arrow_piece(q) for q in p.pieces], ""), "")
+    values = p.values
+    if p.mode == QUOTED:
+        escaped = _escape(values)
+        if escaped is None:  # control characters: each value by orjson
+            values = pa.array(
+                [None if v is None else orjson.dumps(v).decode() for v in values.to_pylist()], pa.string()
+            )
+        else:
+            values = pc.binary_join_element_wise('"', escaped, '"', "")
+    return values if p.null_as is None or not values.null_count else pc.fill_null(values, p.null_as)
 
 
 class ColumnarLines:
@@ -252,7 +309,7 @@ class ColumnarLines:
                 inputs, mode, hash_kind = c.uris, AS_IS, None
             else:
                 inputs = rows.column("path").combine_chunks()
-                ordinary = len(inputs) == 0 or pc.all(pc.match_substring_regex(inputs, _ORDINARY_PATH)).as_py()
+                ordinary = _ordinary(inputs)
                 uris = pc.replace_substring(inputs, "=", "%3D") if ordinary else None
                 c = _Chunk(rows, None, uris, None)
                 mode, hash_kind = (ORDINARY if ordinary else ENCODE), id_hash
@@ -328,7 +385,7 @@ class ColumnarLines:
                 "version": version,
                 "timestamp": None,
             }
-            return _buffer_view(pc.binary_join_element_wise(*_line_pieces("file", wire.FILE_FIELDS, values), ""))
+            return _joined(rows.num_rows, _line_pieces("file", wire.FILE_FIELDS, values))
 
         if len(idx) <= chunk:
             return map(joined, keyed()), expiry

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import NamedTuple
 from urllib.parse import unquote
 
+from deltaport import native
 from deltaport.protocol.capabilities import PARQUET
 from deltaport.signing.local_mac import MacBatch
 from deltaport.signing.sigv4 import uri_encode_path
@@ -78,7 +79,16 @@ def key_files(paths: list[bytes], *, id_hash: str | None, uri_mode: str, batch: 
 
 def key_packed(data: bytes, offsets: bytes, id_hash: str | None, uri_mode: str, batch: MacBatch | None) -> FileKeys:
     """:func:`key_files` on paths packed as one buffer and their int64 offsets (cheap to send, and
-    cheaper to split than an Arrow array is to turn into Python objects)."""
+    cheaper to split than an Arrow array is to turn into Python objects).
+
+    With the compiled loops (``deltaport.native``), MD5 ids and the signatures of ordinary or
+    cached URIs are made without a Python object per file: about 0.6 µs a file instead of 1 µs.
+    """
+    loops = native.loops
+    if loops is not None and uri_mode != ENCODE and id_hash in (None, PARQUET):
+        ids = loops.md5_each(data, offsets).hex() if id_hash is not None else None
+        signatures = batch.sign_packed(data, offsets, encode_eq=uri_mode == ORDINARY) if batch is not None else None
+        return FileKeys(ids, signatures, None)
     ends = memoryview(offsets).cast("q")
     paths = [data[a:b] for a, b in itertools.pairwise(ends)]
     return key_files(paths, id_hash=id_hash, uri_mode=uri_mode, batch=batch)
@@ -134,6 +144,11 @@ class KeyingPool:
         with self._lock:
             if self.processes == 0 or self._executor is not None:
                 return
+            if native.loops is None:
+                log.warning(
+                    "the compiled per-file loops (deltaport._native) are not in use: large answers take "
+                    "about 1.4x the CPU; reinstall deltaport where a C compiler is present, or unset DELTAPORT_NATIVE=0"
+                )
             self._executor = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
             with _spawn_environment(WORKER_ALLOCATOR):  # a submit spawns a process while none is idle
                 started = [self._executor.submit(_ready) for _ in range(self.processes)]

@@ -1,0 +1,25 @@
+"""The compiled per-file loops (``deltaport._native``, built from ``_native.c`` by setup.py), or None.
+
+They are optional: an install without a C compiler has none, and every caller then makes the same
+bytes with hashlib and Arrow's string kernels. ``DELTAPORT_NATIVE=0`` turns them off (to compare
+the two, or to rule them out); the keying worker inherits it.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get("DELTAPORT_NATIVE", "1") == "0":
+        return None
+    try:
+        from deltaport import _native
+    except ImportError:
+        return None
+    return _native
+
+
+#: The module, or None where it was not built or is turned off.
+loops: ModuleType | None = _load()
