@@ -3,6 +3,10 @@
 They are optional: an install without a C compiler has none, and every caller then makes the same
 bytes with hashlib and Arrow's string kernels. ``DELTAPORT_NATIVE=0`` turns them off (to compare
 the two, or to rule them out); the keying worker inherits it.
+
+Import it as ``import deltaport.native as native`` and read ``native.loops`` at each call (tests
+swap it). ``from deltaport import native`` would first ask the package for the attribute, and the
+package's ``__getattr__`` loads the connector to look for it.
 """
 
 from __future__ import annotations

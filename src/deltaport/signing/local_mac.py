@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from deltaport import native
+import deltaport.native as native
 from deltaport.errors import PermissionDenied
 from deltaport.signing.base import check_expires_in
 from deltaport.signing.sigv4 import (

@@ -1,13 +1,14 @@
 """Parquet-format snapshot lines built columnar, for the server's own (locally served) files.
 
 A response is built chunk by chunk in a two-thread pipeline: one thread gets each chunk's file
-ids, canonical URIs and URL signatures (the Python-bound part: MD5 and a keyed BLAKE2b per file, see
-file_keys), handing chunks to a keying worker process while it is free and doing the others
-itself; the other thread joins finished chunks' lines with Arrow string kernels (which release the
-GIL), and the first bytes are sent as soon as the first chunk is ready. A whole-table read leaves the snapshot's ids
-and URIs and the signing window's signatures cached, so a repeated read in the same one-minute
-window only joins. The bytes are the same as FileLineMaker's for the same URLs: both follow the
-file line's one field declaration, ``protocol.lines.FILE_FIELDS``.
+ids, canonical URIs and URL signatures (MD5 and a keyed BLAKE2b per file, see file_keys), handing
+chunks to a keying worker process while it is free and doing the others itself; the other thread
+joins finished chunks' lines (by the compiled join where it was built, else by Arrow's string
+kernels; both release the GIL), and the first bytes are sent as soon as the first chunk is ready.
+A whole-table read leaves the snapshot's ids and URIs and the signing window's signatures cached,
+so a repeated read in the same one-minute window only joins. The bytes are the same as
+FileLineMaker's for the same URLs: both follow the file line's one field declaration,
+``protocol.lines.FILE_FIELDS``.
 
 Fast form of: the per-row parquet-format file lines of
 ``sharing.translate.FileLineMaker.snapshot_lines``. Held equal by:
@@ -27,7 +28,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltaport import native
+import deltaport.native as native
 from deltaport.delta import Snapshot
 from deltaport.protocol import lines as wire
 from deltaport.server.fast.file_keys import AS_IS, ENCODE, ORDINARY, FileKeys, KeyingPool, key_packed

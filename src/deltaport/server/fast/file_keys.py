@@ -1,8 +1,9 @@
-"""File ids, canonical URIs and URL signatures for a response's files: its Python-bound part.
+"""File ids, canonical URIs and URL signatures for a response's files.
 
 A file's id is the MD5 (parquet) or SHA-256 (delta) hex of its path as written in the log, and
 each URL carries its own signature (a keyed BLAKE2b, ``signing.local_mac``): a few hashing calls
-per file, most of the CPU time of a large response. :func:`key_files` does that work for one chunk of files;
+per file, a large part of a large response's CPU time (compiled in ``deltaport._native`` where it
+was built). :func:`key_files` does that work for one chunk of files;
 :class:`KeyingPool` runs it in a second process for some chunks, so it proceeds on another core
 while this process joins lines and sends them. The worker is spawned (never forked from a threaded
 server), imports only this module and the signing code, and is handed plain bytes: paths, and the
@@ -26,7 +27,7 @@ from contextlib import contextmanager
 from typing import NamedTuple
 from urllib.parse import unquote
 
-from deltaport import native
+import deltaport.native as native
 from deltaport.protocol.capabilities import PARQUET
 from deltaport.signing.local_mac import MacBatch
 from deltaport.signing.sigv4 import uri_encode_path
