@@ -266,3 +266,34 @@ def test_an_admin_listener_is_served_beside_the_protocol(tmp_path):
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_keying_workers_by_default_only_without_the_compiled_loops(monkeypatch):
+    from deltaport import native
+    from deltaport.cli.serve import _default_keying_processes
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(native, "loops", native)  # any module: built
+    assert _default_keying_processes(1) == 0
+    monkeypatch.setattr(native, "loops", None)
+    assert [_default_keying_processes(w) for w in (1, 2, 3)] == [1, 1, 0]
+
+
+def test_a_server_without_the_compiled_loops_says_so_and_serves(tmp_path):
+    from servers import free_port
+
+    port = free_port()
+    path = _config(tmp_path, host="127.0.0.1", port=port)
+    env = {**os.environ, "DELTAPORT_NATIVE": "0"}
+    proc = subprocess.Popen([DELTAPORT, "serve", "--config", str(path)], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.time() + 30
+        while not _listening(port):
+            assert proc.poll() is None and time.time() < deadline, "no server came up"
+            time.sleep(0.2)
+        r = httpx.post(f"http://127.0.0.1:{port}/delta-sharing/shares/s/schemas/d/tables/t/query", json={})
+        assert r.status_code == 200 and len(r.text.splitlines()) == 2 + 6
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=15)
+    assert "compiled per-file loops (deltaport._native) are not in use" in err and "DELTAPORT_NATIVE=0" in err

@@ -145,11 +145,6 @@ class KeyingPool:
         with self._lock:
             if self.processes == 0 or self._executor is not None:
                 return
-            if native.loops is None:
-                log.warning(
-                    "the compiled per-file loops (deltaport._native) are not in use: large answers take "
-                    "about 1.4x the CPU; reinstall deltaport where a C compiler is present, or unset DELTAPORT_NATIVE=0"
-                )
             self._executor = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
             with _spawn_environment(WORKER_ALLOCATOR):  # a submit spawns a process while none is idle
                 started = [self._executor.submit(_ready) for _ in range(self.processes)]
