@@ -5,7 +5,8 @@
 
 The log (checkpoint + 10 commits, no data files) is made once by gen_big_table.py in
 WORKDIR/big-FILES (big-FILES-pK with --parts K) and reused after. Each case runs on its own:
-  server   a fresh `deltaport serve` process (one uvicorn worker, its keying worker processes);
+  server   a fresh `deltaport serve` process (one uvicorn worker, its keying worker processes if
+           any: by default none where the compiled loops are built);
            one second after it answers /health, one /query of the whole table, the NDJSON
            answer read by an HTTP client that drops the bytes as they come: time to the first
            byte, to the first file line, in all; bytes and lines; the peak RSS of the server

@@ -10,7 +10,8 @@ drift of the machine falls on all); after /health, each worker is given time to 
 routes are warmed. wrk -t1 -c16 loads one route for ``--seconds``; the token reaches wrk in a Lua
 script only this user can read. Nothing is pinned: the workers and wrk share the machine's CPUs,
 as they would on a server that also terminates its own load. The keying processes take their
-default (one per worker while the machine has two CPUs per worker).
+default (none where the compiled loops are built; else one per worker while the machine has two
+CPUs per worker).
 
 Printed: requests/s of each route for each worker count (mean over rounds, each round's in
 brackets) and the ratio to the first count; and the server's CPU time per request (all its

@@ -19,6 +19,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q -e ".[dev]"
   echo "$want" > "$stamp"
 fi
+# The compiled loops of an editable install live in the source tree (src/deltaport/_native*.so), so
+# a clean of the tree (git clean -fdx) removes them while .venv stays: build them again.
+if ! .venv/bin/python -c "import deltaport._native" 2>/dev/null; then
+  .venv/bin/python -m pip install -q --no-deps -e .
+fi
 # libfaketime lets one signing test fix the clock of a library that reads the system time;
 # without it that test is skipped. Best effort: only as root, and a failure changes nothing else.
 if ! ls /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1 >/dev/null 2>&1 \
