@@ -336,3 +336,26 @@ def test_a_rewritten_file_keeps_its_text_columns_dictionary_encoded_in_every_row
     back = pq.read_table(pa.BufferReader(copy))
     assert back.column("category").to_pylist() == kept.column("category").to_pylist()
     assert back.column("id").to_pylist() == kept.column("id").to_pylist()
+
+
+def test_a_rewritten_file_writes_columns_without_nulls_as_required_and_keeps_the_rest():
+    """Required columns carry no definition levels (a cheaper write); a column with a null stays
+    optional, and field ids and schema metadata survive."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from deltaport.spark.fetching import staged_copy
+
+    ids = pa.field("id", pa.int64(), metadata={b"PARQUET:field_id": b"1"})
+    note = pa.field("note", pa.string(), metadata={b"PARQUET:field_id": b"2"})
+    pair = pa.field("pair", pa.struct([pa.field("a", pa.int32())]), metadata={b"PARQUET:field_id": b"3"})
+    schema = pa.schema([ids, note, pair], metadata={b"origin": b"test"})
+    table = pa.table(
+        {"id": [1, 2, 3], "note": ["x", None, "z"], "pair": [{"a": 1}, {"a": None}, {"a": 3}]}, schema=schema
+    )
+    back = pq.read_table(pa.BufferReader(staged_copy(table, ["note"])))
+    assert [f.nullable for f in back.schema] == [False, True, False]
+    assert back.schema.field("pair").type.field("a").nullable  # a nested field keeps its own
+    assert [f.metadata[b"PARQUET:field_id"] for f in back.schema] == [b"1", b"2", b"3"]
+    assert back.schema.metadata[b"origin"] == b"test"
+    assert back.to_pylist() == table.to_pylist()
