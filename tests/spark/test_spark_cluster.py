@@ -1,7 +1,8 @@
 """deltaport's native read on a real standalone cluster (a master, two one-core workers), through
 a classic application and through a Spark Connect server: the same rows as ``load_as_arrow``, the
-files fetched by the executors' Python workers (never by the driver or the Connect client), the
-session found from other threads, and streaming through Connect.
+files fetched by the executors' Python workers (never by the driver or the Connect client), a
+partial read (``columns=``) staging only column chunks on the executors, the session found from
+other threads, and streaming through Connect.
 
 The parts start once for the module and run in turn (each application takes both cores): the
 classic application first, in its own process (cluster_driver.py), then the Connect server.
@@ -104,6 +105,7 @@ def served(workdir):
         {"name": key, "location": str(TABLES / table), "historyShared": True} for key, table in TABLE_NAMES.items()
     ]
     tables.append({"name": "dir", "location": str(TABLES / "basic_partitioned"), "historyShared": True, **DIR_MODES})
+    tables.append({"name": "wide", "location": str(_wide_table(workdir / "wide")), "historyShared": True})
     config = {
         "version": 1,
         "shares": [{"name": "corpus", "schemas": [{"name": "default", "tables": tables}]}],
@@ -118,6 +120,20 @@ def served(workdir):
     )
     yield Served(server, recorder, profile)
     server.stop()
+
+
+def _wide_table(path: Path) -> Path:
+    """Two files of 1.6 MB each (the corpus's files are all smaller than the footer's fetched tail,
+    so they are fetched whole even for a partial read)."""
+    import numpy as np
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    rng = np.random.default_rng(7)
+    for _ in range(2):
+        columns = {name: rng.random(100_000) for name in ("a", "b")}
+        write_deltalake(str(path), pa.table({"id": np.arange(100_000), **columns}), mode="append")
+    return path
 
 
 _expected: dict[str, pd.DataFrame] = {}
@@ -265,6 +281,20 @@ def test_the_connect_session_is_found_from_a_pool(connect_session, served, workd
         changes = pool.submit(deltaport.load_table_changes_as_spark, url, starting_version=3, stagingLocation=staging)
         same_rows(snapshot.result().toPandas(), deltaport.load_as_arrow(url, version=2).to_pandas())
         same_rows(changes.result().toPandas(), ds.load_table_changes_as_arrow(url, starting_version=3).to_pandas())
+
+
+def test_a_partial_read_through_connect_stages_column_chunks_on_the_executors(connect_session, served, workdir):
+    """``columns=`` through Connect: the executors stage entries of only the chunks asked for
+    (``.part.parquet``), and the rows are load_as_arrow's column."""
+    url = served.url("wide")
+    staging = workdir / "staging-partial"
+    before = len(served.recorder.fetches)
+    ours = read_table(connect_session, url, columns=["a"], stagingLocation=str(staging)).toPandas()
+    fetches = served.recorder.fetches[before:]
+    assert fetches and all(executor for _, executor in fetches), fetches
+    same_rows(ours, deltaport.load_as_arrow(url).to_pandas()[["a"]])
+    entries = [p for p in staging.rglob("*.parquet") if not p.name.startswith(".tmp-")]
+    assert entries and all(p.name.endswith(".part.parquet") for p in entries), entries
 
 
 def test_register_ships_deltaport_to_the_connect_sessions_workers(connect_session, connect_server):
