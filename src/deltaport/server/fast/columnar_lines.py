@@ -82,8 +82,9 @@ def _escape(values: pa.Array) -> pa.Array | None:
     return pc.replace_substring(values, '"', '\\"')
 
 
-_ORDINARY_PATH = r"^[A-Za-z0-9._~/=-]*$"  # only '=' differs between the log's encoding and S3's
-_ORDINARY_BYTES = (string.ascii_letters + string.digits + "._~/=-").encode()
+_ORDINARY_MARKS = "._~/=-"  # with letters and digits: a path whose log encoding is S3's but for '='
+_ORDINARY_PATH = f"^[A-Za-z0-9{_ORDINARY_MARKS}]*$"
+_ORDINARY_BYTES = (string.ascii_letters + string.digits + _ORDINARY_MARKS).encode()
 
 
 def _ordinary(paths: pa.Array) -> bool:
