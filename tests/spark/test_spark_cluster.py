@@ -123,7 +123,7 @@ def served(workdir):
 
 
 def _wide_table(path: Path) -> Path:
-    """Two files of 1.6 MB each (the corpus's files are all smaller than the footer's fetched tail,
+    """Two files of 2.6 MB each (the corpus's files are all smaller than the footer's fetched tail,
     so they are fetched whole even for a partial read)."""
     import numpy as np
     import pyarrow as pa
