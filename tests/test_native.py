@@ -142,3 +142,9 @@ def test_buffers_are_reused_and_each_result_keeps_its_own_bytes():
         assert bytes(memoryview(third)) == (b"x" * 100 + b"z" * size) * 1000
         assert bytes(memoryview(second)) == (b"y" * 100 + b"\n") * 1000
         del third
+
+
+def test_the_line_program_speaks_the_joins_modes():
+    from deltaport.server.fast import columnar_lines
+
+    assert (columnar_lines.RAW, columnar_lines.QUOTED) == (loops.RAW, loops.QUOTED)

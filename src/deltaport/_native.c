@@ -3,7 +3,7 @@
  *
  * Optional: built when a C compiler is present at install (setup.py marks it optional); without it
  * the same bytes come from hashlib and Arrow's string kernels (columnar_lines, file_keys).
- * Held equal by tests/server/fast/test_native.py, against hashlib and orjson.
+ * Held equal by tests/test_native.py, against hashlib and orjson.
  *
  * Every function takes strings as Arrow does: one data buffer and int64 offsets (n + 1 of them),
  * checked before use. The loops run without the GIL.
@@ -21,7 +21,6 @@ typedef struct {
     Py_buffer off, data;
     const int64_t *o;
     const uint8_t *d;
-    Py_ssize_t n;
 } strings;
 
 static void strings_release(strings *s) {
@@ -29,14 +28,16 @@ static void strings_release(strings *s) {
     if (s->data.obj) PyBuffer_Release(&s->data);
 }
 
-/* Take n strings from (offsets, data); 0 on success, -1 with an exception set. */
-static int strings_get(PyObject *offsets, PyObject *data, Py_ssize_t n, strings *s) {
+/* Take n strings from (offsets, data), or as many as the offsets give when n is -1; the count
+ * taken, or -1 with an exception set. */
+static Py_ssize_t strings_get(PyObject *offsets, PyObject *data, Py_ssize_t n, strings *s) {
     memset(s, 0, sizeof(*s));
     if (PyObject_GetBuffer(offsets, &s->off, PyBUF_SIMPLE) < 0) return -1;
     if (PyObject_GetBuffer(data, &s->data, PyBUF_SIMPLE) < 0) {
         strings_release(s);
         return -1;
     }
+    if (n == -1) n = s->off.len / 8 - 1;
     if (n < 0 || s->off.len / 8 < n + 1) {
         PyErr_Format(PyExc_ValueError, "offsets: %zd bytes hold fewer than %zd int64 offsets", s->off.len, n + 1);
         strings_release(s);
@@ -44,7 +45,6 @@ static int strings_get(PyObject *offsets, PyObject *data, Py_ssize_t n, strings 
     }
     s->o = (const int64_t *)s->off.buf;
     s->d = (const uint8_t *)s->data.buf;
-    s->n = n;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (s->o[i] < 0 || s->o[i] > s->o[i + 1] || s->o[i + 1] > s->data.len) {
             PyErr_Format(PyExc_ValueError, "offsets: value %zd [%lld, %lld) is outside the %zd data bytes", i,
@@ -53,15 +53,6 @@ static int strings_get(PyObject *offsets, PyObject *data, Py_ssize_t n, strings 
             return -1;
         }
     }
-    return 0;
-}
-
-static Py_ssize_t count_of(PyObject *offsets) {
-    Py_buffer b;
-    if (PyObject_GetBuffer(offsets, &b, PyBUF_SIMPLE) < 0) return -1;
-    Py_ssize_t n = b.len / 8 - 1;
-    PyBuffer_Release(&b);
-    if (n < 0) PyErr_SetString(PyExc_ValueError, "offsets: need at least one int64 offset");
     return n;
 }
 
@@ -211,9 +202,9 @@ static void b2_final(blake2b *s, uint8_t *out) {
 static PyObject *md5_each(PyObject *self, PyObject *args) {
     PyObject *data, *offsets;
     if (!PyArg_ParseTuple(args, "OO", &data, &offsets)) return NULL;
-    Py_ssize_t n = count_of(offsets);
     strings s;
-    if (n < 0 || strings_get(offsets, data, n, &s) < 0) return NULL;
+    Py_ssize_t n = strings_get(offsets, data, -1, &s);
+    if (n < 0) return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, 16 * n);
     if (out) {
         uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
@@ -233,11 +224,11 @@ static PyObject *mac_each(PyObject *self, PyObject *args) {
     int encode_eq;
     if (!PyArg_ParseTuple(args, "OOy*y*np", &data, &offsets, &key, &head, &size, &encode_eq)) return NULL;
     PyObject *out = NULL;
-    strings s = {0};
-    Py_ssize_t n = count_of(offsets);
+    strings s;
+    Py_ssize_t n;
     if (key.len > 64 || size < 1 || size > 64) {
         PyErr_SetString(PyExc_ValueError, "mac_each: the key is at most 64 bytes, the digest 1 to 64");
-    } else if (n >= 0 && strings_get(offsets, data, n, &s) == 0) {
+    } else if ((n = strings_get(offsets, data, -1, &s)) >= 0) {
         out = PyBytes_FromStringAndSize(NULL, size * n);
         if (out) {
             uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
@@ -366,7 +357,7 @@ static PyTypeObject LinesType = {
 
 /* ---------------------------------------------------------------- join */
 
-enum { RAW = 0, ESCAPED = 1, QUOTED = 2 };
+enum { RAW = 0, QUOTED = 1 };
 enum { CONSTANT, COLUMN, GROUP };
 
 typedef struct {
@@ -415,7 +406,7 @@ static int column_get(PyObject *item, Py_ssize_t n, piece *p) {
     if (!PyArg_ParseTuple(item, "OOOniO", &offsets, &data, &valid, &voffset, &mode, &null_as)) return -1;
     p->kind = COLUMN;
     p->mode = mode;
-    if (mode < RAW || mode > QUOTED) {
+    if (mode != RAW && mode != QUOTED) {
         PyErr_Format(PyExc_ValueError, "join: unknown mode %d", mode);
         return -1;
     }
@@ -678,8 +669,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&LinesType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (PyModule_AddIntConstant(m, "RAW", RAW) || PyModule_AddIntConstant(m, "ESCAPED", ESCAPED) ||
-        PyModule_AddIntConstant(m, "QUOTED", QUOTED)) {
+    if (PyModule_AddIntConstant(m, "RAW", RAW) || PyModule_AddIntConstant(m, "QUOTED", QUOTED)) {
         Py_DECREF(m);
         return NULL;
     }

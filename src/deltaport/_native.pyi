@@ -3,7 +3,6 @@ from collections.abc import Sequence
 from typing_extensions import Buffer
 
 RAW: int
-ESCAPED: int
 QUOTED: int
 
 class Lines(Buffer):

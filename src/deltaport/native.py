@@ -14,9 +14,12 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
+#: Whether ``DELTAPORT_NATIVE=0`` turned the loops off.
+turned_off: bool = os.environ.get("DELTAPORT_NATIVE", "1") == "0"
+
 
 def _load() -> ModuleType | None:
-    if os.environ.get("DELTAPORT_NATIVE", "1") == "0":
+    if turned_off:
         return None
     try:
         from deltaport import _native

@@ -126,7 +126,7 @@ def _warn_without_loops() -> None:
     logging.getLogger("deltaport.server").warning(
         "the compiled per-file loops (deltaport._native) are not in use: large answers take about 1.6x "
         "the CPU; reinstall deltaport where a C compiler is present%s",
-        ", or unset DELTAPORT_NATIVE=0" if os.environ.get("DELTAPORT_NATIVE") == "0" else "",
+        ", or unset DELTAPORT_NATIVE=0" if native.turned_off else "",
     )
 
 

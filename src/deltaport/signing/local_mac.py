@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import itertools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import deltaport.native as native
 from deltaport.errors import PermissionDenied
 from deltaport.signing.base import check_expires_in
 from deltaport.signing.sigv4 import (
@@ -130,14 +129,11 @@ class MacBatch:
             append(state.digest())
         return _encoded(b"".join(digests))
 
-    def sign_packed(self, data: bytes, offsets: bytes, *, encode_eq: bool) -> str:
-        """:meth:`sign` on URIs packed as one buffer and their int64 offsets from 0, each with
-        '=' read as ``%3D`` when ``encode_eq`` (an ordinary log path's canonical URI)."""
-        loops = native.loops
-        if loops is not None:
-            return _encoded(loops.mac_each(data, offsets, self.key, self.head, _DIGEST_BYTES, encode_eq))
-        uris = [data[a:b] for a, b in itertools.pairwise(memoryview(offsets).cast("q"))]
-        return self.sign([u.replace(b"=", b"%3D") for u in uris] if encode_eq else uris)
+    def sign_packed(self, loops: ModuleType, data: bytes, offsets: bytes, *, encode_eq: bool) -> str:
+        """:meth:`sign` by the compiled loops (``deltaport.native.loops``), on URIs packed as one
+        buffer and their int64 offsets from 0, each with '=' read as ``%3D`` when ``encode_eq``
+        (an ordinary log path's canonical URI). Without the loops, :meth:`sign` is the way."""
+        return _encoded(loops.mac_each(data, offsets, self.key, self.head, _DIGEST_BYTES, encode_eq))
 
 
 class MacPresigner:

@@ -142,7 +142,7 @@ class _JsonSafe(NamedTuple):
     pieces: tuple[str | pa.Array, ...]
 
 
-RAW, QUOTED = 0, 2  # a column's values as they are, or each as a JSON string (the modes of _native.join)
+RAW, QUOTED = 0, 1  # a column's values as they are, or each as a JSON string (_native.join's modes)
 
 
 class _Column(NamedTuple):
@@ -229,10 +229,10 @@ def _native_piece(p: str | _Column | _Optional) -> bytes | tuple | list:
     if isinstance(p, _Optional):
         return [_native_piece(q) for q in p.pieces]
     values = p.values
-    valid = values.buffers()[0] if values.null_count else None
-    data = values.buffers()[2] if len(values) else None
+    valid, _, data = values.buffers()[:3]
     null_as = None if p.null_as is None else p.null_as.encode()
-    return (_offsets(values).astype(np.int64), b"" if data is None else data, valid, values.offset, p.mode, null_as)
+    offsets = _offsets(values).astype(np.int64)
+    return (offsets, data or b"", valid if values.null_count else None, values.offset, p.mode, null_as)
 
 
 def _arrow_piece(p: str | _Column | _Optional) -> str | pa.Array:

@@ -88,7 +88,7 @@ def key_packed(data: bytes, offsets: bytes, id_hash: str | None, uri_mode: str, 
     loops = native.loops
     if loops is not None and uri_mode != ENCODE and id_hash in (None, PARQUET):
         ids = loops.md5_each(data, offsets).hex() if id_hash is not None else None
-        signatures = batch.sign_packed(data, offsets, encode_eq=uri_mode == ORDINARY) if batch is not None else None
+        signatures = None if batch is None else batch.sign_packed(loops, data, offsets, encode_eq=uri_mode == ORDINARY)
         return FileKeys(ids, signatures, None)
     ends = memoryview(offsets).cast("q")
     paths = [data[a:b] for a, b in itertools.pairwise(ends)]
