@@ -297,3 +297,18 @@ def test_a_server_without_the_compiled_loops_says_so_and_serves(tmp_path):
         proc.terminate()
         _, err = proc.communicate(timeout=15)
     assert "compiled per-file loops (deltaport._native) are not in use" in err and "DELTAPORT_NATIVE=0" in err
+
+
+def test_serve_sends_file_bodies_by_sendfile_on_linux():
+    """serve's uvicorn runs the protocol with the zero-copy extension (server/fast/zerocopy.py;
+    its answers are tested in tests/server/fast/)."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from deltaport.cli.serve import _http_protocol
+
+    protocol = _http_protocol().get("http")
+    if not sys.platform.startswith("linux"):
+        assert protocol is None
+        return
+    assert protocol is not None and issubclass(protocol, HttpToolsProtocol) and protocol is not HttpToolsProtocol
+    assert protocol.__module__ == "deltaport.server.fast.zerocopy"

@@ -254,12 +254,22 @@ def _run_listeners(application, host: str, port: int, cfg, ssl: dict[str, Any], 
     admin_app = getattr(application.state, "admin_app", None)
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
     # proxy_headers off: X-Forwarded-For is trusted only from the configured proxies (server/ops/access.py)
-    settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl}
+    settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl, **_http_protocol()}
     bound = bound or _bind(cfg, host, port, admin=admin_app is not None)
     listeners = [(application, bound[0])]
     if admin_app is not None:
         listeners.append((admin_app, bound[1]))
     _serve(listeners, settings, on_started)
+
+
+def _http_protocol() -> dict[str, Any]:
+    """uvicorn's ``http`` setting: its httptools protocol with file bodies sent by ``sendfile``
+    (server/fast/zerocopy.py) where that can be offered, else uvicorn's own choice."""
+    from deltaport.server.fast.file_reads import READERS
+    from deltaport.server.fast.zerocopy import protocol_class
+
+    protocol = protocol_class(READERS)
+    return {} if protocol is None else {"http": protocol}
 
 
 def _announce(application, host: str, port: int, cfg, tls: bool) -> None:

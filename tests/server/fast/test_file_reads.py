@@ -15,7 +15,7 @@ from conftest import OTHER_TOKEN, TOKEN, corpus_config
 from servers import RunningServer
 
 from deltaport.server import create_app, parse_config
-from deltaport.server.fast import file_reads
+from deltaport.server.fast import file_reads, zerocopy
 from deltaport.server.sharing.registry import recipient_key
 
 T = "/delta-sharing/shares/corpus/schemas/default/tables"
@@ -84,13 +84,17 @@ def _file_urls(client: httpx.Client, table: str = "partitioned", headers=ALICE) 
     return [orjson.loads(x)["file"]["url"] for x in lines if x.startswith(b'{"file"')]
 
 
-@pytest.fixture(scope="module")
-def apps():
+@pytest.fixture(scope="module", params=["buffered", "zero-copy"])
+def apps(request):
+    """The fast path's app and clients of it and of the routes' app. The fast path's server sends
+    file bodies as ``http.response.body`` pieces, or by ``sendfile`` (serve's own protocol,
+    zerocopy.py): every test runs with each."""
     config = parse_config(corpus_config())
     clock = lambda: NOW[0]  # noqa: E731
     hot = create_app(config, file_secret=b"s" * 32, clock=clock)
     routed = create_app(config, file_secret=b"s" * 32, clock=clock, hot_paths=False)
-    servers = RunningServer(hot), RunningServer(routed)
+    protocol = {"http": zerocopy.protocol_class(file_reads.READERS)} if request.param == "zero-copy" else {}
+    servers = RunningServer(hot, **protocol), RunningServer(routed)
     try:
         with httpx.Client(base_url=servers[0].url) as a, httpx.Client(base_url=servers[1].url) as b:
             yield hot, a, b
@@ -160,6 +164,7 @@ def test_a_file_in_many_pieces_read_from_the_page_cache_or_by_threads(apps, monk
     monkeypatch.setattr(file_reads, "PIECE", 7)
     if not cached:
         monkeypatch.setattr(file_reads, "_cached", lambda fd, size, offset: None)
+        monkeypatch.setattr(zerocopy, "resident", lambda fd, offset, count: False)
     whole = _same(hot, routed, "GET", {})
     assert whole.status_code == 200 and len(whole.content) > 7 * 3
     part = _same(hot, routed, "GET", {"Range": "bytes=5-40"})

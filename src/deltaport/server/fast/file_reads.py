@@ -6,10 +6,11 @@ per-chunk thread hops, each cost the server ~1.3 ms of CPU beyond its bytes, mos
 handing over between threads. This middleware takes the requests it reads exactly as the route
 would and answers them on the event loop: :class:`~deltaport.server.sharing.files.FileAccess`
 decides the file (every check of the route: signature, expiry, recipient, slice, IP access list,
-the table's root; the download noted for the metrics and audit log), then the file goes out in
-pieces of up to :data:`PIECE` bytes, each read on the loop when the page cache holds it
-(``RWF_NOWAIT``: a read that would wait for the disk fails at once) and in a worker thread when
-not. The checks' few ``stat`` calls of the table's directory run on the loop too: cheap once the
+the table's root; the download noted for the metrics and audit log), then the file goes out by
+``sendfile`` where the server offers ASGI's ``http.response.zerocopysend``
+(:mod:`~deltaport.server.fast.zerocopy`: ``deltaport serve`` on plain HTTP), else in pieces of up
+to :data:`PIECE` bytes, each read on the loop when the page cache holds it (``RWF_NOWAIT``: a read
+that would wait for the disk fails at once) and in a worker thread when not. The checks' few ``stat`` calls of the table's directory run on the loop too: cheap once the
 table's directory entries are cached, as they are for a table being read.
 
 It takes: GET or HEAD, no root path, no ``If-Range``, and no ``Range`` header or one of up to
@@ -44,6 +45,7 @@ from starlette.responses import Response
 
 from deltaport.errors import DeltaportError
 from deltaport.server import errors
+from deltaport.server.fast.zerocopy import EXTENSION
 from deltaport.server.sharing.files import range_error
 
 #: The scope key of a request :meth:`FileReads.take` has read already (the app's front, app.py).
@@ -61,7 +63,7 @@ Decide = Callable[[Mapping[str, Any]], tuple[Path, os.stat_result]]
 
 _RANGE = re.compile(r"\s*(\d*)\s*-\s*(\d*)\s*")
 #: The threads that decide, open and read files (started as needed; shared by the apps of a process).
-_READERS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="deltaport-file-read")
+READERS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="deltaport-file-read")
 #: Reads that fail rather than wait for the disk (Linux 4.14+), else None.
 _NOWAIT = getattr(os, "RWF_NOWAIT", None) if hasattr(os, "preadv") else None
 
@@ -104,6 +106,8 @@ class FileReads:
         if fd is None:
             await send(head)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        elif EXTENSION in (scope.get("extensions") or ()):
+            await _send_zero_copy(head, fd, body, send)
         else:
             await _send_pieces(head, fd, body, receive, send)
 
@@ -165,7 +169,7 @@ async def _send_pieces(head: dict[str, Any], fd: int, body: list[Segment], recei
                 size = min(PIECE, end - offset)
                 cached = _cached(fd, size, offset)
                 if cached is None:
-                    reading = _READERS.submit(os.pread, fd, size, offset)
+                    reading = READERS.submit(os.pread, fd, size, offset)
                     cached = await asyncio.wrap_future(reading)
                     reading = None
                 if len(cached) < size:
@@ -191,6 +195,22 @@ async def _send_pieces(head: dict[str, Any], fd: int, body: list[Segment], recei
             os.close(fd)
         else:  # a read still runs in its thread: the file is closed after it
             reading.add_done_callback(lambda _: os.close(fd))
+
+
+async def _send_zero_copy(head: dict[str, Any], fd: int, body: list[Segment], send) -> None:
+    """Send the response's ``head``, then ``body``: its bytes as they are and its file ranges by the
+    server's ``sendfile`` (:mod:`~deltaport.server.fast.zerocopy`). Closes ``fd``."""
+    try:
+        await send(head)
+        for i, segment in enumerate(body, 1):
+            more = i < len(body)
+            if isinstance(segment, bytes):
+                await send({"type": "http.response.body", "body": segment, "more_body": more})
+            else:
+                start, end = segment
+                await send({"type": EXTENSION, "file": fd, "offset": start, "count": end - start, "more_body": more})
+    finally:
+        os.close(fd)
 
 
 def _cached(fd: int, size: int, offset: int) -> bytes | bytearray | None:

@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from deltaport.delta import SnapshotCache
+from deltaport.server.fast.zerocopy import EXTENSION as ZERO_COPY
 from deltaport.server.ops.access import IpAllowList, client_ip
 from deltaport.server.ops.audit import AuditLog
 from deltaport.server.ops.metrics import ServerMetrics, serve_metrics
@@ -99,8 +100,10 @@ class RequestObserver:
                 if info.streaming and streams is not None:
                     streaming = True
                     streams.inc()
-            elif kind == "http.response.body" and info.download:
+            elif info.download and kind == "http.response.body":
                 info.bytes_sent += len(message.get("body", b""))
+            elif info.download and kind == ZERO_COPY:  # a file range sent by the server itself
+                info.bytes_sent += message["count"]
             await send(message)
 
         try:

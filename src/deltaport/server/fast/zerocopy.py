@@ -1,0 +1,226 @@
+"""File bodies sent by ``sendfile(2)``: the ASGI ``http.response.zerocopysend`` extension on uvicorn.
+
+A file answer sent as ``http.response.body`` messages costs the server two copies of every byte
+(page cache to a buffer, buffer to the socket) and zeroing the buffer. ``sendfile`` hands the
+socket the page cache's pages instead. uvicorn does not offer the extension, so the class
+:func:`protocol_class` makes is its httptools protocol with it added: on Linux, for plain HTTP (TLS
+encrypts in the process, so it cannot), each request's scope gets
+``scope["extensions"]["http.response.zerocopysend"]``, and its ``send`` (:class:`ZeroCopySend`)
+takes the extension's message (the ASGI spec's fields: ``file``, an fd or an object with
+``fileno()``; ``offset``; ``count``; ``more_body``) besides the others.
+
+How a response's body goes out once it has sent a file range this way:
+
+- the transport's own buffer is emptied first (the response's head went through it); from then on
+  every body byte of the response goes to the socket here, so that a multipart answer's part
+  heads never queue behind the transport again;
+- ``sendfile`` runs on the event loop when the page cache holds the whole range (``cachestat(2)``,
+  Linux 6.5+), else in a worker thread: the loop never waits for the disk;
+- the socket is non-blocking: each call sends what it takes, and while it is full the loop waits
+  for it to be writable (on a duplicate of its descriptor: the transport owns the original);
+- a client gone mid-answer ends the body quietly, as uvicorn's own ``send`` does; the bytes are
+  counted against the response's ``Content-Length`` as uvicorn counts its own bodies.
+
+The extension leans on uvicorn's request cycle (:data:`_CYCLE_FIELDS`): a request whose cycle lacks
+one is served without it.
+
+Fast form of: file bodies sent as ``http.response.body`` pieces (file_reads.py's own, on any
+server). Held equal by: tests/server/fast/test_file_reads.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import platform
+import sys
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any
+
+#: The ASGI extension's name (scope key) and message type.
+EXTENSION = "http.response.zerocopysend"
+#: What a request cycle must have for the extension to count its body (uvicorn's httptools cycle).
+_CYCLE_FIELDS = (
+    "transport",
+    "flow",
+    "scope",
+    "disconnected",
+    "expected_content_length",
+    "response_started",
+    "response_complete",
+    "chunked_encoding",
+)
+#: How long one wait for the socket lasts before the client's presence is checked again.
+_WAIT = 1.0
+#: ``cachestat``'s number where the architecture uses the common table (x86_64, arm64).
+_CACHESTAT = 451 if platform.machine() in ("x86_64", "aarch64", "arm64") else None
+_PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
+
+
+def protocol_class(readers: Executor) -> type | None:
+    """uvicorn's httptools protocol with the extension (``sendfile`` calls that may read the disk
+    run in ``readers``), or None where it cannot be offered: not Linux, or no httptools."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "sendfile"):
+        return None
+    try:
+        from uvicorn.protocols.http import httptools_impl
+    except ImportError:  # uvicorn without httptools: its h11 protocol, without the extension
+        return None
+
+    class ZeroCopyProtocol(httptools_impl.HttpToolsProtocol):
+        """uvicorn's httptools protocol; each plain-HTTP request's ``send`` also takes
+        ``http.response.zerocopysend``."""
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            plain = self.transport.get_extra_info("sslcontext") is None
+            if plain and all(hasattr(cycle, name) for name in _CYCLE_FIELDS):
+                cycle.scope.setdefault("extensions", {})[EXTENSION] = {}
+                cycle.send = ZeroCopySend(cycle, cycle.send, readers)
+            super()._start_asgi_task(cycle, app)
+
+    return ZeroCopyProtocol
+
+
+class ZeroCopySend:
+    """A request cycle's ``send``, taking the extension's messages as well as the others."""
+
+    def __init__(self, cycle: Any, send: Callable[[dict[str, Any]], Awaitable[None]], readers: Executor) -> None:
+        self.cycle, self.send, self.readers = cycle, send, readers
+        self.direct = False  # the body goes to the socket here (since a file range did)
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == EXTENSION:
+            if not self.cycle.response_started or self.cycle.response_complete or self.cycle.chunked_encoding:
+                raise RuntimeError(f"'{EXTENSION}' is only sent after the start of a response with a Content-Length")
+            file = message["file"]
+            fd = file if isinstance(file, int) else file.fileno()
+            offset, count = message.get("offset", 0), message["count"]
+            await self._body(count, lambda sock: self._sendfile(sock, fd, offset, count), message)
+        elif kind == "http.response.body" and self.direct and not self.cycle.response_complete:
+            body = memoryview(message.get("body", b"")).cast("B")
+            await self._body(len(body), lambda sock: self._write(sock, body), message)
+        else:
+            await self.send(message)
+
+    async def _body(self, count: int, write: Callable[[int], Awaitable[None]], message: dict[str, Any]) -> None:
+        """Write ``count`` body bytes with ``write``(the socket's fd), then let uvicorn close the
+        message (``more_body``) as it would its own."""
+        cycle = self.cycle
+        if count and cycle.scope["method"] != "HEAD" and not cycle.disconnected:
+            if count > cycle.expected_content_length:
+                raise RuntimeError("Response content longer than Content-Length")
+            if not self.direct:
+                await self._drained()
+                self.direct = True
+            if not cycle.disconnected:
+                await write(cycle.transport.get_extra_info("socket").fileno())
+            cycle.expected_content_length -= count
+        await self.send({"type": "http.response.body", "body": b"", "more_body": message.get("more_body", False)})
+
+    async def _sendfile(self, sock: int, fd: int, offset: int, count: int) -> None:
+        if resident(fd, offset, count):
+            await self._pump(lambda done: os.sendfile(sock, fd, offset + done, count - done), count)
+        else:
+            loop = asyncio.get_running_loop()
+
+            async def from_disk(done: int) -> int:
+                call = loop.run_in_executor(self.readers, os.sendfile, sock, fd, offset + done, count - done)
+                return await _finished(call)
+
+            await self._pump(from_disk, count)
+
+    async def _write(self, sock: int, body: memoryview) -> None:
+        await self._pump(lambda done: os.write(sock, body[done:]), len(body))
+
+    async def _pump(self, step: Callable[[int], Any], count: int) -> None:
+        """Call ``step``(bytes sent so far), which sends some of the rest (or is a coroutine that
+        does) on the non-blocking socket, until ``count`` bytes went or the client did."""
+        done = 0
+        while done < count and not self.cycle.disconnected:
+            try:
+                sent = step(done)
+                if not isinstance(sent, int):
+                    sent = await sent
+            except BlockingIOError:
+                await self._writable()
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            if not sent:
+                raise RuntimeError("the file is shorter than its size when it was opened")
+            done += sent
+
+    async def _drained(self) -> None:
+        """Returns once the transport has written all it holds (or the client went away): with no
+        room above nothing, the transport pauses the protocol until its buffer is empty."""
+        cycle = self.cycle
+        transport = cycle.transport
+        if not transport.get_write_buffer_size():
+            return
+        low, high = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0)
+        try:
+            while transport.get_write_buffer_size() and not cycle.disconnected:
+                await cycle.flow.drain()
+        finally:
+            transport.set_write_buffer_limits(high, low)
+
+    async def _writable(self) -> None:
+        """Returns once the socket is writable, or after :data:`_WAIT` seconds."""
+        loop = asyncio.get_running_loop()
+        fd = os.dup(self.cycle.transport.get_extra_info("socket").fileno())
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_writer(fd, wake)
+        try:
+            await asyncio.wait_for(ready, _WAIT)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            loop.remove_writer(fd)
+            os.close(fd)
+
+
+async def _finished(call: asyncio.Future[int]) -> int:
+    """The result of a call running in a thread; a task cancelled meanwhile still waits for the call
+    to end (it uses descriptors the caller then closes)."""
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        await asyncio.wait([call])
+        raise
+
+
+class _Range(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _CacheStat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("cache", "dirty", "writeback", "evicted", "recently_evicted")]
+
+
+_syscall: Any = None
+
+
+def resident(fd: int, offset: int, count: int) -> bool:
+    """Whether the page cache holds every byte of ``fd`` in [offset, offset + count); False where
+    that cannot be told (no ``cachestat``: before Linux 6.5, or another architecture)."""
+    global _syscall
+    if _CACHESTAT is None or _syscall is False:
+        return False
+    if _syscall is None:
+        _syscall = ctypes.CDLL(None, use_errno=True).syscall
+    stat = _CacheStat()
+    if _syscall(_CACHESTAT, fd, ctypes.byref(_Range(offset, count)), ctypes.byref(stat), 0) != 0:
+        if ctypes.get_errno() == 38:  # ENOSYS: not this kernel
+            _syscall = False
+        return False
+    pages = (offset + count + _PAGE - 1) // _PAGE - offset // _PAGE
+    return stat.cache >= pages
