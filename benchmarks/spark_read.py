@@ -21,7 +21,9 @@ same run, each case against ``spark.read.parquet`` of the same local files with 
 * ``deltaSharing``: the Python data source, for the record; and the fetch throughput of the
   whole table into an empty cache, with the CPU seconds of the server process and this one.
 
-Each case is run ``--runs`` times after a warm-up round and its best time kept.
+Each case is run ``--runs`` times after a warm-up round and its best time kept; a case and its
+peer run in turn within each round (peer, first read, and for count+sum the cached read), so that
+a slow spell of the machine falls on both.
 """
 
 from __future__ import annotations
@@ -317,7 +319,9 @@ def group_by(df) -> tuple:
 
 
 class Bench:
-    """Times named cases over several rounds (the first is a warm-up) and keeps the best."""
+    """Times named cases over several rounds (the first is a warm-up) and keeps the best. Cases
+    compared with each other run in turn within each round, so that a slow spell of a shared
+    machine falls on both sides rather than on one."""
 
     def __init__(self, runs: int) -> None:
         self.runs = runs
@@ -325,15 +329,20 @@ class Bench:
         self.results: dict[str, tuple] = {}
 
     def case(self, name: str, run, *, before=None) -> None:
+        self.in_turn([(name, run, before)])
+
+    def in_turn(self, cases: list) -> None:
+        """``cases`` = [(name, run, before or None), …], each round running every one in order."""
         for round_ in range(self.runs + 1):
-            if before is not None:
-                before()
-            t0 = time.perf_counter()
-            result = run()
-            seconds = time.perf_counter() - t0
-            if round_:
-                self.times.setdefault(name, []).append(seconds)
-            self.results[name] = result
+            for name, run, before in cases:
+                if before is not None:
+                    before()
+                t0 = time.perf_counter()
+                result = run()
+                seconds = time.perf_counter() - t0
+                if round_:
+                    self.times.setdefault(name, []).append(seconds)
+                self.results[name] = result
 
     def best(self, name: str) -> float:
         return min(self.times[name])
@@ -441,13 +450,18 @@ def run_cases(spark, bench: Bench, server: Server, workdir: Path, tables: dict[s
         ("partitioned full-row scan", lambda: full_scan(read(parted_url)), lambda: full_scan(parted)),
     ]  # fmt: skip
     for name, ours, peer in cases:
-        bench.case(f"{name}, parquet", peer)
-        bench.case(f"{name}, first read", ours, before=empty_cache)
+        turn = [(f"{name}, parquet", peer, None), (f"{name}, first read", ours, empty_cache)]
         if name == "count+sum":
-            bench.case("count+sum, cached", ours)
-    bench.case("DV table count+sum, first read", lambda: count_and_sum(read(dv_url)), before=empty_cache)
-    bench.case("count+sum, first read (same run as DV)", lambda: count_and_sum(read(url)), before=empty_cache)
-    bench.case("DV table count+sum, cached", lambda: count_and_sum(read(dv_url)))
+            turn.append(("count+sum, cached", ours, None))
+        bench.in_turn(turn)
+    dv, same = (lambda: count_and_sum(read(dv_url))), (lambda: count_and_sum(read(url)))
+    bench.in_turn(
+        [
+            ("DV table count+sum, first read", dv, empty_cache),
+            ("DV table count+sum, cached", dv, None),
+            ("count+sum, first read (same run as DV)", same, empty_cache),
+        ]
+    )
 
 
 def check(bench: Bench, info: dict, dv_info: dict, parted_info: dict) -> None:

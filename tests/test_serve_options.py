@@ -305,8 +305,11 @@ def test_serve_sends_file_bodies_by_sendfile_on_linux():
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from deltaport.cli.serve import _http_protocol
+    from deltaport.server import create_app, parse_config
 
-    protocol = _http_protocol().get("http")
+    config = parse_config({"version": 1, "shares": []})
+    protocol = _http_protocol(create_app(config)).get("http")
+    assert _http_protocol(create_app(config, hot_paths=False)) == {}  # no file fast path: uvicorn's own
     if not sys.platform.startswith("linux"):
         assert protocol is None
         return

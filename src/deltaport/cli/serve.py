@@ -254,7 +254,7 @@ def _run_listeners(application, host: str, port: int, cfg, ssl: dict[str, Any], 
     admin_app = getattr(application.state, "admin_app", None)
     # uvicorn's own access log would print query strings (URL signatures): ours logs paths only
     # proxy_headers off: X-Forwarded-For is trusted only from the configured proxies (server/ops/access.py)
-    settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl, **_http_protocol()}
+    settings = {"access_log": False, "log_level": "info", "proxy_headers": False, **ssl, **_http_protocol(application)}
     bound = bound or _bind(cfg, host, port, admin=admin_app is not None)
     listeners = [(application, bound[0])]
     if admin_app is not None:
@@ -262,13 +262,14 @@ def _run_listeners(application, host: str, port: int, cfg, ssl: dict[str, Any], 
     _serve(listeners, settings, on_started)
 
 
-def _http_protocol() -> dict[str, Any]:
-    """uvicorn's ``http`` setting: its httptools protocol with file bodies sent by ``sendfile``
-    (server/fast/zerocopy.py) where that can be offered, else uvicorn's own choice."""
+def _http_protocol(application) -> dict[str, Any]:
+    """uvicorn's ``http`` setting: its httptools protocol with the app's file bodies sent by
+    ``sendfile`` (server/fast/zerocopy.py) where that can be offered, else uvicorn's own choice."""
     from deltaport.server.fast.file_reads import READERS
     from deltaport.server.fast.zerocopy import protocol_class
 
-    protocol = protocol_class(READERS)
+    files = getattr(application, "files", None)  # the file fast path (none without the hot paths)
+    protocol = None if files is None else protocol_class(READERS, files.serves)
     return {} if protocol is None else {"http": protocol}
 
 

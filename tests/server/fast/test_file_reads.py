@@ -93,7 +93,8 @@ def apps(request):
     clock = lambda: NOW[0]  # noqa: E731
     hot = create_app(config, file_secret=b"s" * 32, clock=clock)
     routed = create_app(config, file_secret=b"s" * 32, clock=clock, hot_paths=False)
-    protocol = {"http": zerocopy.protocol_class(file_reads.READERS)} if request.param == "zero-copy" else {}
+    zero_copy = request.param == "zero-copy"
+    protocol = {"http": zerocopy.protocol_class(file_reads.READERS, hot.files.serves)} if zero_copy else {}
     servers = RunningServer(hot, **protocol), RunningServer(routed)
     try:
         with httpx.Client(base_url=servers[0].url) as a, httpx.Client(base_url=servers[1].url) as b:

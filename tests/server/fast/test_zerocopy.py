@@ -28,7 +28,10 @@ PLANS: dict[str, list] = {
     # more than the socket takes as ordinary body bytes: the transport still holds some of them
     # when the file range is sent, which must wait for them
     "/queued": [b"q" * (8 << 20), (0, 1 << 20)],
+    "/not-offered": [b"x", (0, 1 << 20)],
 }
+#: The paths offered the extension (as serve offers it to the file URLs only).
+OFFERED = lambda path: path != "/not-offered"  # noqa: E731
 
 
 class App:
@@ -91,7 +94,7 @@ def big(tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(big):
     app = App(big[0])
-    server = RunningServer(app, http=zerocopy.protocol_class(file_reads.READERS), lifespan="off")
+    server = RunningServer(app, http=zerocopy.protocol_class(file_reads.READERS, OFFERED), lifespan="off")
     try:
         yield app, server.url
     finally:
@@ -116,9 +119,9 @@ def sendfiles(monkeypatch):
 def test_bodies_are_the_planned_bytes(served, big, path, sendfiles):
     app, url = served
     answer = httpx.get(url + path, timeout=30)
-    assert answer.status_code == 200 and app.ended[-1] == "done" and app.offered[-1]
+    assert answer.status_code == 200 and app.ended[-1] == "done" and app.offered[-1] == OFFERED(path)
     assert answer.content == _expected(big[1], PLANS[path])
-    assert bool(sendfiles) == (path != "/empty-range")  # the file's bytes went by sendfile; no bytes, no call
+    assert bool(sendfiles) == (OFFERED(path) and path != "/empty-range")  # the file's bytes, when there are any
 
 
 @pytest.mark.parametrize("cached", [True, False])
@@ -205,6 +208,12 @@ def test_a_misused_extension_is_the_app_s_error(served, path, error):
     assert error in app.ended[-1]
 
 
+def test_requests_it_is_not_offered_to_are_served_as_before(served, big):
+    app, url = served
+    answer = httpx.get(url + "/not-offered", timeout=30)
+    assert app.offered[-1] is False and answer.content == _expected(big[1], PLANS["/not-offered"])
+
+
 def test_plain_uvicorn_does_not_offer_it(big):
     app = App(big[0])
     server = RunningServer(app, lifespan="off")
@@ -226,7 +235,7 @@ def test_downloads_sent_by_sendfile_are_counted_and_audited():
             pass
 
     app = create_app(parse_config(corpus_config()), audit=Audit(), metrics_token="m")
-    server = RunningServer(app, http=zerocopy.protocol_class(file_reads.READERS))
+    server = RunningServer(app, http=zerocopy.protocol_class(file_reads.READERS, app.files.serves))
     try:
         with httpx.Client(base_url=server.url, timeout=30) as c:
             lines = c.post(
@@ -266,5 +275,5 @@ def test_resident_tells_whether_the_page_cache_holds_a_range(tmp_path):
 def test_the_protocol_is_uvicorn_s_httptools_one():
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    protocol = zerocopy.protocol_class(file_reads.READERS)
+    protocol = zerocopy.protocol_class(file_reads.READERS, OFFERED)
     assert protocol is not None and issubclass(protocol, HttpToolsProtocol)

@@ -10,8 +10,9 @@ the table's root; the download noted for the metrics and audit log), then the fi
 ``sendfile`` where the server offers ASGI's ``http.response.zerocopysend``
 (:mod:`~deltaport.server.fast.zerocopy`: ``deltaport serve`` on plain HTTP), else in pieces of up
 to :data:`PIECE` bytes, each read on the loop when the page cache holds it (``RWF_NOWAIT``: a read
-that would wait for the disk fails at once) and in a worker thread when not. The checks' few ``stat`` calls of the table's directory run on the loop too: cheap once the
-table's directory entries are cached, as they are for a table being read.
+that would wait for the disk fails at once) and in a worker thread when not. The checks' few
+``stat`` calls of the table's directory run on the loop too: cheap once the table's directory
+entries are cached, as they are for a table being read.
 
 It takes: GET or HEAD, no root path, no ``If-Range``, and no ``Range`` header or one of up to
 :data:`MAX_RANGES` ranges, each of the form ``START-END``, ``START-`` or ``-SUFFIX``; several are
@@ -76,6 +77,10 @@ class FileReads:
         self.decide = decide
         self.routes = dict(routes or {})  # method -> the route it stands in for
         self.pattern = re.compile(re.escape(prefix) + r"/files/([^/]+)/(.*)", re.DOTALL)
+
+    def serves(self, path: str) -> bool:
+        """Whether ``path`` is one of the server's file URLs (answered here when :meth:`take` says so)."""
+        return self.pattern.fullmatch(path) is not None
 
     def take(self, scope) -> tuple[Span] | None:
         """The byte range asked for (in a 1-tuple) when this middleware answers ``scope``, else None."""

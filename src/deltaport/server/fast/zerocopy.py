@@ -4,7 +4,7 @@ A file answer sent as ``http.response.body`` messages costs the server two copie
 (page cache to a buffer, buffer to the socket) and zeroing the buffer. ``sendfile`` hands the
 socket the page cache's pages instead. uvicorn does not offer the extension, so the class
 :func:`protocol_class` makes is its httptools protocol with it added: on Linux, for plain HTTP (TLS
-encrypts in the process, so it cannot), each request's scope gets
+encrypts in the process, so it cannot), each request for a file URL gets in its scope
 ``scope["extensions"]["http.response.zerocopysend"]``, and its ``send`` (:class:`ZeroCopySend`)
 takes the extension's message (the ASGI spec's fields: ``file``, an fd or an object with
 ``fileno()``; ``offset``; ``count``; ``more_body``) besides the others.
@@ -21,8 +21,9 @@ How a response's body goes out once it has sent a file range this way:
 - a client gone mid-answer ends the body quietly, as uvicorn's own ``send`` does; the bytes are
   counted against the response's ``Content-Length`` as uvicorn counts its own bodies.
 
-The extension leans on uvicorn's request cycle (:data:`_CYCLE_FIELDS`): a request whose cycle lacks
-one is served without it.
+The extension leans on uvicorn's request cycle (:data:`_CYCLE_FIELDS`): where the cycle lacks one,
+no request is offered it. Other requests (the API's) are not offered it, so that they pay nothing
+for it: wrapping every request's ``send`` cost /version about 5 % of its requests/s.
 
 Fast form of: file bodies sent as ``http.response.body`` pieces (file_reads.py's own, on any
 server). Held equal by: tests/server/fast/test_file_reads.py.
@@ -59,9 +60,10 @@ _CACHESTAT = 451 if platform.machine() in ("x86_64", "aarch64", "arm64") else No
 _PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
 
 
-def protocol_class(readers: Executor) -> type | None:
-    """uvicorn's httptools protocol with the extension (``sendfile`` calls that may read the disk
-    run in ``readers``), or None where it cannot be offered: not Linux, or no httptools."""
+def protocol_class(readers: Executor, offered: Callable[[str], bool]) -> type | None:
+    """uvicorn's httptools protocol offering the extension to requests whose path ``offered`` takes
+    (the others pay nothing for it); ``sendfile`` calls that may read the disk run in ``readers``.
+    None where it cannot be offered: not Linux, or no httptools."""
     if not sys.platform.startswith("linux") or not hasattr(os, "sendfile"):
         return None
     try:
@@ -73,11 +75,16 @@ def protocol_class(readers: Executor) -> type | None:
         """uvicorn's httptools protocol; each plain-HTTP request's ``send`` also takes
         ``http.response.zerocopysend``."""
 
+        #: Whether uvicorn's request cycle has what the extension counts on (known from the first).
+        fits: bool | None = None
+
         def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-            plain = self.transport.get_extra_info("sslcontext") is None
-            if plain and all(hasattr(cycle, name) for name in _CYCLE_FIELDS):
-                cycle.scope.setdefault("extensions", {})[EXTENSION] = {}
-                cycle.send = ZeroCopySend(cycle, cycle.send, readers)
+            if offered(cycle.scope["path"]) and self.transport.get_extra_info("sslcontext") is None:
+                if self.fits is None:
+                    type(self).fits = all(hasattr(cycle, name) for name in _CYCLE_FIELDS)
+                if self.fits:
+                    cycle.scope.setdefault("extensions", {})[EXTENSION] = {}
+                    cycle.send = ZeroCopySend(cycle, cycle.send, readers)
             super()._start_asgi_task(cycle, app)
 
     return ZeroCopyProtocol
