@@ -171,7 +171,10 @@ class ZeroCopySend:
         transport.set_write_buffer_limits(high=0)
         try:
             while transport.get_write_buffer_size() and not cycle.disconnected:
-                await cycle.flow.drain()
+                if cycle.flow.write_paused:
+                    await cycle.flow.drain()
+                else:  # a transport that did not pause (a set event returns at once): look again soon
+                    await asyncio.sleep(0.001)
         finally:
             transport.set_write_buffer_limits(high, low)
 
