@@ -185,6 +185,21 @@ def test_explain_shows_pruned_columns_pushed_and_partition_filters(spark, corpus
     assert sorted(r["name"] for r in query.collect()) == sorted(expected["name"])
 
 
+def test_a_table_read_as_it_is_stored_gets_no_projection(spark, corpus, cache):
+    """No partition column, no column mapping: the staged files' columns are the table's, and the
+    frame is Spark's relation itself (no analysis step for a projection); otherwise one rename."""
+    plain = read_table(spark, corpus.url("cdf-table-non-partitioned"), stagingLocation=cache)
+    parted = read_table(spark, corpus.url("cdf-table"), stagingLocation=cache)
+    assert plain._jdf.queryExecution().analyzed().toString().startswith("Relation")
+    assert parted._jdf.queryExecution().analyzed().toString().startswith("Project")
+    for url, frame in ((corpus.url("cdf-table-non-partitioned"), plain), (corpus.url("cdf-table"), parted)):
+        expected = ds.load_as_pandas(url, progress=False)
+        assert frame.columns == list(expected.columns)
+        assert sorted(map(str, frame.toPandas().astype(str).values.tolist())) == sorted(
+            map(str, expected.astype(str).values.tolist())
+        )
+
+
 def test_where_is_sent_as_a_predicate_hint_and_applied(spark, corpus, cache):
     url = corpus.url("basic_partitioned")
     before = len(corpus.recorder.requests)
