@@ -1,7 +1,7 @@
 """Two versions of the sharing server side by side, measured at the same moment: before and after.
 
     python benchmarks/server_ab.py --before SRC [--rounds 3] [--seconds 10] [--cold 3] [--audit]
-                                   [--workdir .bench]
+                                   [--workdir .bench] [--only polled|warm|cold|downloads]
 
 ``SRC`` is the ``src`` folder of another checkout (e.g. ``git worktree add ../before <commit>``); the
 "before" server runs `deltaport serve` with it first on ``PYTHONPATH``, the "after" server runs
@@ -17,6 +17,10 @@ servers take the same load at the same time, so a drift falls on both alike.
                         x 4 times after two warm-up queries: median seconds
   1M cold               the generated 1,000,000-file table (made by benchmarks/server_query.py),
                         first /query of two fresh servers at once, ``--cold`` times: median seconds
+  file downloads        every file of benchmarks/spark_read.py's 1 GB table (when built), fetched
+                        whole through the recipient's download layer (4 threads, bytes dropped),
+                        from one server and then the other, ``--rounds`` x 2 times: median GB/s
+                        and the server's CPU seconds per GB
 
 Printed: each figure for before and after, and after/before (for times, above 1.05 is a >5 %
 regression; for requests/s, below 0.95).
@@ -25,6 +29,7 @@ regression; for requests/s, below 0.95).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -40,6 +45,7 @@ import catalog_serving as cs  # beside this script
 import server_query as sq
 
 KINDS = ("before", "after")
+CASES = ("polled", "warm", "cold", "downloads")  # /version and /metadata, 300k warm, 1M cold, file downloads
 TOKEN = "server-ab-bench-token-0123456789abcdef"
 POLLED = "/delta-sharing/shares/s/schemas/s/tables/t0"
 
@@ -154,6 +160,63 @@ def cold(before_src: str, workdir: Path, times: int) -> tuple[str, float, float,
     return ("/query 1M cold, s", *(statistics.median(took[k]) for k in KINDS), "median, fresh servers queried at once")
 
 
+def downloads(before_src: str, workdir: Path, rounds: int) -> list[tuple[str, float, float, str]]:
+    table = Path(workdir) / "spark" / "table-1024mb-64"
+    if not (table / "_delta_log").is_dir():
+        print(f"(no {table}: run benchmarks/spark_read.py once to build it; file downloads left out)")
+        return []
+    rates: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    cpus: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    with _both(before_src, {"t": str(table)}, workdir, recipient=True) as servers:
+        urls = {kind: _file_urls(server) for kind, server in servers.items()}
+        for round_ in range(rounds * 2 + 1):  # the first round warms the page cache and connections
+            for kind, server in servers.items():
+                cpu = cs.cpu_seconds(server.proc.pid)
+                seconds, size = _fetch_all(urls[kind])
+                if round_:
+                    rates[kind].append(size / 1e9 / seconds)
+                    cpus[kind].append((cs.cpu_seconds(server.proc.pid) - cpu) / (size / 1e9))
+    how = "median; each server in turn, whole files, 4 threads"
+    return [
+        ("file downloads, GB/s", *(statistics.median(rates[k]) for k in KINDS), how),
+        ("server CPU s per GB", *(statistics.median(cpus[k]) for k in KINDS), how),
+    ]
+
+
+def _file_urls(server: cs.ServeProcess) -> list[tuple[str, str, int]]:
+    """(url, id, size) of every file of share ``s.s``'s table ``t``."""
+    answer = httpx.post(
+        f"{server.base}/delta-sharing/shares/s/schemas/s/tables/t/query",
+        json={},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=60,
+    )
+    answer.raise_for_status()
+    lines = [json.loads(line) for line in answer.text.splitlines()]
+    return [(x["file"]["url"], x["file"]["id"], x["file"]["size"]) for x in lines if "file" in x]
+
+
+def _fetch_all(files: list[tuple[str, str, int]]) -> tuple[float, int]:
+    """Seconds to GET every file whole (4 threads, one connection pool), and the bytes fetched."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deltaport.client.download import ConnectionPool, copy_url
+
+    class Dropped:
+        def write(self, data) -> int:
+            return len(data)
+
+    pool = ConnectionPool()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(4) as threads:
+        got = sum(threads.map(lambda f: copy_url(f[0], Dropped(), pool=pool, file_id=f[1]), files))
+    seconds = time.perf_counter() - started
+    pool.close()
+    if got != sum(size for _, _, size in files):
+        raise SystemExit(f"fetched {got} bytes where the files hold {sum(size for _, _, size in files)}")
+    return seconds, got
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", required=True, help="the src folder of the checkout to compare against")
@@ -166,19 +229,25 @@ def main() -> None:
         action="store_true",
         help="the /version and /metadata servers write an audit event per request to an auditLog file",
     )
+    ap.add_argument("--only", choices=CASES, help="measure this case alone")
     args = ap.parse_args()
     if not (Path(args.before) / "deltaport").is_dir():
         ap.error(f"--before {args.before}: no deltaport package there (give a checkout's src folder)")
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="deltaport-ab-", dir=work) as tmp:
-        rows = polled(args.before, Path(tmp), args.rounds, args.seconds, args.audit)
-        rows.append(warm(args.before, Path(tmp), args.rounds))
-        big = cold(args.before, work, args.cold)
+        wanted = set(CASES) if args.only is None else {args.only}
+        rows = polled(args.before, Path(tmp), args.rounds, args.seconds, args.audit) if "polled" in wanted else []
+        if "warm" in wanted:
+            rows.append(warm(args.before, Path(tmp), args.rounds))
+        big = cold(args.before, work, args.cold) if "cold" in wanted else None
         if big is not None:
             rows.append(big)
+        if "downloads" in wanted:
+            rows += downloads(args.before, work, args.rounds)
     audited = " /version and /metadata servers audit every request (auditLog file)." if args.audit else ""
-    print(f"\nbefore: {args.before}; after: the installed deltaport. Both measured at the same moment.{audited}")
+    at_once = "Both measured at the same moment (file downloads: in turns)."
+    print(f"\nbefore: {args.before}; after: the installed deltaport. {at_once}{audited}")
     print(f"{'figure':22s} {'before':>10s} {'after':>10s} {'after/before':>13s}  how")
     for name, before, after, how in rows:
         shown = ",.0f" if before >= 100 else ".3f"
