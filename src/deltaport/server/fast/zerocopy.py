@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import os
 import platform
 import sys
@@ -128,29 +129,30 @@ class ZeroCopySend:
         await self.send({"type": "http.response.body", "body": b"", "more_body": message.get("more_body", False)})
 
     async def _sendfile(self, sock: int, fd: int, offset: int, count: int) -> None:
-        if resident(fd, offset, count):
-            await self._pump(lambda done: os.sendfile(sock, fd, offset + done, count - done), count)
-        else:
-            loop = asyncio.get_running_loop()
+        cached = resident(fd, offset, count)
+        loop = asyncio.get_running_loop()
 
-            async def from_disk(done: int) -> int:
-                call = loop.run_in_executor(self.readers, os.sendfile, sock, fd, offset + done, count - done)
-                return await _finished(call)
+        async def send(done: int) -> int:
+            if cached:  # no wait for the disk: on the loop
+                return os.sendfile(sock, fd, offset + done, count - done)
+            call = loop.run_in_executor(self.readers, os.sendfile, sock, fd, offset + done, count - done)
+            return await _finished(call)
 
-            await self._pump(from_disk, count)
+        await self._pump(send, count)
 
     async def _write(self, sock: int, body: memoryview) -> None:
-        await self._pump(lambda done: os.write(sock, body[done:]), len(body))
+        async def write(done: int) -> int:
+            return os.write(sock, body[done:])
 
-    async def _pump(self, step: Callable[[int], Any], count: int) -> None:
-        """Call ``step``(bytes sent so far), which sends some of the rest (or is a coroutine that
-        does) on the non-blocking socket, until ``count`` bytes went or the client did."""
+        await self._pump(write, len(body))
+
+    async def _pump(self, step: Callable[[int], Awaitable[int]], count: int) -> None:
+        """Await ``step``(bytes sent so far), which sends some of the rest on the non-blocking
+        socket, until ``count`` bytes went or the client did."""
         done = 0
         while done < count and not self.cycle.disconnected:
             try:
-                sent = step(done)
-                if not isinstance(sent, int):
-                    sent = await sent
+                sent = await step(done)
             except BlockingIOError:
                 await self._writable()
                 continue
@@ -229,7 +231,7 @@ def resident(fd: int, offset: int, count: int) -> bool:
         _syscall = ctypes.CDLL(None, use_errno=True).syscall
     stat = _CacheStat()
     if _syscall(_CACHESTAT, fd, ctypes.byref(_Range(offset, count)), ctypes.byref(stat), 0) != 0:
-        if ctypes.get_errno() == 38:  # ENOSYS: not this kernel
+        if ctypes.get_errno() == errno.ENOSYS:  # not this kernel
             _syscall = False
         return False
     pages = (offset + count + _PAGE - 1) // _PAGE - offset // _PAGE
