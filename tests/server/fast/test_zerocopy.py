@@ -5,9 +5,11 @@ The sharing server's own answers through it are held equal to the routes' in tes
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import orjson
@@ -185,6 +187,52 @@ def test_a_reader_that_leaves_ends_the_body_quietly_and_the_server_serves_on(ser
         time.sleep(0.01)
     assert app.ended[-1] == "done"  # no error for the app: the body just ended
     assert httpx.get(url + "/whole", timeout=30).content == big[1]
+
+
+class _GatedReaders(ThreadPoolExecutor):
+    """File-read threads whose calls wait until ``opened`` is set (``waiting`` tells one does)."""
+
+    def __init__(self) -> None:
+        super().__init__(2, thread_name_prefix="deltaport-file-read-gated")
+        self.waiting, self.opened = threading.Event(), threading.Event()
+
+    def submit(self, fn, /, *args, **kwargs):
+        def gated():
+            self.waiting.set()
+            self.opened.wait(10)
+            return fn(*args, **kwargs)
+
+        return super().submit(gated)
+
+
+def test_a_send_pending_when_its_client_leaves_never_reaches_another_connection(big, monkeypatch):
+    """The transport closes its socket's descriptor when the client goes, and the next connection
+    may get that number at once: a file range still waiting in a thread must not go to it."""
+    monkeypatch.setattr(zerocopy, "resident", lambda fd, offset, count: False)  # ranges go by the threads
+    readers = _GatedReaders()
+    app = App(big[0])
+    server = RunningServer(app, http=zerocopy.protocol_class(readers, OFFERED), lifespan="off")
+    port = int(server.url.rsplit(":", 1)[1])
+    others: list[socket.socket] = []
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as leaving:
+            leaving.sendall(b"GET /whole HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert readers.waiting.wait(10)  # its range waits in a thread
+            leaving.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        time.sleep(0.3)  # the server saw it go and closed its descriptor
+        others = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]  # one gets that number
+        time.sleep(0.3)
+        readers.opened.set()
+        readable, _, _ = select.select(others, [], [], 1.0)
+        assert readable == []  # not a byte to connections that asked for nothing
+        others[0].sendall(b"GET /parts HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _read_answer(others[0].makefile("rb")) == _expected(big[1], PLANS["/parts"])
+    finally:
+        readers.opened.set()
+        for other in others:
+            other.close()
+        server.stop()
+        readers.shutdown()
 
 
 def test_a_head_request_sends_no_body(served):

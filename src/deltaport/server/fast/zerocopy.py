@@ -16,8 +16,13 @@ How a response's body goes out once it has sent a file range this way:
   heads never queue behind the transport again;
 - ``sendfile`` runs on the event loop when the page cache holds the whole range (``cachestat(2)``,
   Linux 6.5+), else in a worker thread: the loop never waits for the disk;
+- the response sends on its own duplicate of the socket's descriptor, taken on the event loop when
+  its body first goes direct and closed when the response ends: the transport closes its own
+  descriptor when the client goes away, and the kernel may give that number to the next
+  connection at once, so a send still pending (in a thread, or after a wait) must never use it;
+  the duplicate keeps the socket this response was for;
 - the socket is non-blocking: each call sends what it takes, and while it is full the loop waits
-  for it to be writable (on a duplicate of its descriptor: the transport owns the original);
+  for it to be writable;
 - a client gone mid-answer ends the body quietly, as uvicorn's own ``send`` does; the bytes are
   counted against the response's ``Content-Length`` as uvicorn counts its own bodies.
 
@@ -37,6 +42,7 @@ import errno
 import os
 import platform
 import sys
+import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -97,6 +103,8 @@ class ZeroCopySend:
     def __init__(self, cycle: Any, send: Callable[[dict[str, Any]], Awaitable[None]], readers: Executor) -> None:
         self.cycle, self.send, self.readers = cycle, send, readers
         self.direct = False  # the body goes to the socket here (since a file range did)
+        self.sock: int | None = None  # this response's own descriptor of its socket, while direct
+        self._release: Callable[[], Any] = lambda: None
 
     async def __call__(self, message: dict[str, Any]) -> None:
         kind = message["type"]
@@ -116,17 +124,35 @@ class ZeroCopySend:
     async def _body(self, count: int, write: Callable[[int], Awaitable[None]], message: dict[str, Any]) -> None:
         """Write ``count`` body bytes with ``write``(the socket's fd), then let uvicorn close the
         message (``more_body``) as it would its own."""
-        cycle = self.cycle
-        if count and cycle.scope["method"] != "HEAD" and not cycle.disconnected:
-            if count > cycle.expected_content_length:
-                raise RuntimeError("Response content longer than Content-Length")
-            if not self.direct:
-                await self._drained()
-                self.direct = True
-            if not cycle.disconnected:
-                await write(cycle.transport.get_extra_info("socket").fileno())
-            cycle.expected_content_length -= count
-        await self.send({"type": "http.response.body", "body": b"", "more_body": message.get("more_body", False)})
+        cycle, more = self.cycle, message.get("more_body", False)
+        try:
+            if count and cycle.scope["method"] != "HEAD" and not cycle.disconnected:
+                if count > cycle.expected_content_length:
+                    raise RuntimeError("Response content longer than Content-Length")
+                if not self.direct:
+                    await self._drained()
+                    self.direct = True
+                sock = self._socket()
+                if sock is not None:
+                    await write(sock)
+                cycle.expected_content_length -= count
+            await self.send({"type": "http.response.body", "body": b"", "more_body": more})
+        except BaseException:
+            self._release()
+            raise
+        if not more:
+            self._release()
+
+    def _socket(self) -> int | None:
+        """This response's own descriptor of its socket (taken now, on the loop, while the transport
+        still holds the socket); None once the client went away."""
+        if self.sock is None:
+            transport = self.cycle.transport
+            if self.cycle.disconnected or transport.is_closing():
+                return None
+            self.sock = os.dup(transport.get_extra_info("socket").fileno())
+            self._release = weakref.finalize(self, os.close, self.sock)  # once, at the end or when dropped
+        return None if self.cycle.disconnected else self.sock
 
     async def _sendfile(self, sock: int, fd: int, offset: int, count: int) -> None:
         cached = resident(fd, offset, count)
@@ -183,7 +209,8 @@ class ZeroCopySend:
     async def _writable(self) -> None:
         """Returns once the socket is writable, or after :data:`_WAIT` seconds."""
         loop = asyncio.get_running_loop()
-        fd = os.dup(self.cycle.transport.get_extra_info("socket").fileno())
+        fd = self.sock
+        assert fd is not None  # only waited for while sending on it
         ready: asyncio.Future[None] = loop.create_future()
 
         def wake() -> None:
@@ -197,7 +224,6 @@ class ZeroCopySend:
             pass
         finally:
             loop.remove_writer(fd)
-            os.close(fd)
 
 
 async def _finished(call: asyncio.Future[int]) -> int:
