@@ -64,8 +64,10 @@ def corpus_config(extra_tables: dict[str, str] | None = None) -> dict:
 def server():
     from servers import RunningServer
 
+    from deltaport.cli.serve import _http_protocol
+
     app = create_app(parse_config(corpus_config()))
-    running = RunningServer(app)
+    running = RunningServer(app, **_http_protocol(app))  # as `deltaport serve` runs it: file bodies by sendfile
     yield running
     running.stop()
 
