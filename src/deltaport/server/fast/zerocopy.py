@@ -138,10 +138,15 @@ class ZeroCopySend:
                 cycle.expected_content_length -= count
             await self.send({"type": "http.response.body", "body": b"", "more_body": more})
         except BaseException:
-            self._release()
+            self._close_socket()
             raise
         if not more:
-            self._release()
+            self._close_socket()
+
+    def _close_socket(self) -> None:
+        """Close this response's descriptor (a later send, if any, takes a new one)."""
+        self._release()
+        self.sock = None
 
     def _socket(self) -> int | None:
         """This response's own descriptor of its socket (taken now, on the loop, while the transport
