@@ -169,23 +169,23 @@ class ZeroCopySend:
             call = loop.run_in_executor(self.readers, os.sendfile, sock, fd, offset + done, count - done)
             return await _finished(call)
 
-        await self._pump(send, count)
+        await self._pump(sock, send, count)
 
     async def _write(self, sock: int, body: memoryview) -> None:
         async def write(done: int) -> int:
             return os.write(sock, body[done:])
 
-        await self._pump(write, len(body))
+        await self._pump(sock, write, len(body))
 
-    async def _pump(self, step: Callable[[int], Awaitable[int]], count: int) -> None:
+    async def _pump(self, sock: int, step: Callable[[int], Awaitable[int]], count: int) -> None:
         """Await ``step``(bytes sent so far), which sends some of the rest on the non-blocking
-        socket, until ``count`` bytes went or the client did."""
+        socket ``sock``, until ``count`` bytes went or the client did."""
         done = 0
         while done < count and not self.cycle.disconnected:
             try:
                 sent = await step(done)
             except BlockingIOError:
-                await self._writable()
+                await _writable(sock)
                 continue
             except (BrokenPipeError, ConnectionResetError):
                 return
@@ -211,24 +211,23 @@ class ZeroCopySend:
         finally:
             transport.set_write_buffer_limits(high, low)
 
-    async def _writable(self) -> None:
-        """Returns once the socket is writable, or after :data:`_WAIT` seconds."""
-        loop = asyncio.get_running_loop()
-        fd = self.sock
-        assert fd is not None  # only waited for while sending on it
-        ready: asyncio.Future[None] = loop.create_future()
 
-        def wake() -> None:
-            if not ready.done():
-                ready.set_result(None)
+async def _writable(sock: int) -> None:
+    """Returns once the socket ``sock`` is writable, or after :data:`_WAIT` seconds."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
 
-        loop.add_writer(fd, wake)
-        try:
-            await asyncio.wait_for(ready, _WAIT)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            loop.remove_writer(fd)
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_writer(sock, wake)
+    try:
+        await asyncio.wait_for(ready, _WAIT)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        loop.remove_writer(sock)
 
 
 async def _finished(call: asyncio.Future[int]) -> int:
