@@ -14,6 +14,7 @@ import pytest
 from conftest import OTHER_TOKEN, TOKEN, corpus_config
 from servers import RunningServer
 
+from deltaport.cli.serve import _http_protocol
 from deltaport.server import create_app, parse_config
 from deltaport.server.fast import file_reads, zerocopy
 from deltaport.server.sharing.registry import recipient_key
@@ -93,8 +94,7 @@ def apps(request):
     clock = lambda: NOW[0]  # noqa: E731
     hot = create_app(config, file_secret=b"s" * 32, clock=clock)
     routed = create_app(config, file_secret=b"s" * 32, clock=clock, hot_paths=False)
-    zero_copy = request.param == "zero-copy"
-    protocol = {"http": zerocopy.protocol_class(file_reads.READERS, hot.files.serves)} if zero_copy else {}
+    protocol = _http_protocol(hot) if request.param == "zero-copy" else {}  # as serve runs it
     servers = RunningServer(hot, **protocol), RunningServer(routed)
     try:
         with httpx.Client(base_url=servers[0].url) as a, httpx.Client(base_url=servers[1].url) as b:

@@ -17,6 +17,7 @@ import pytest
 from conftest import TOKEN, corpus_config
 from servers import RunningServer
 
+from deltaport.cli.serve import _http_protocol
 from deltaport.server import create_app, parse_config
 from deltaport.server.fast import file_reads, zerocopy
 
@@ -283,7 +284,7 @@ def test_downloads_sent_by_sendfile_are_counted_and_audited():
             pass
 
     app = create_app(parse_config(corpus_config()), audit=Audit(), metrics_token="m")
-    server = RunningServer(app, http=zerocopy.protocol_class(file_reads.READERS, app.files.serves))
+    server = RunningServer(app, **_http_protocol(app))  # as serve runs it
     try:
         with httpx.Client(base_url=server.url, timeout=30) as c:
             lines = c.post(
