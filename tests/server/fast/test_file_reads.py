@@ -120,6 +120,15 @@ def test_fast_answers_are_the_routes_answers(apps, name, method, headers):
     assert answer.status_code in (200, 206, 400, 416)
 
 
+def test_several_ranges_are_answered_under_the_process_boundary(apps):
+    """A Python client compiles a pattern of each answer's boundary and caches it by pattern: the
+    fast path draws its boundary once per process, so that a reader's later answers hit that cache."""
+    _, hot, _ = apps
+    url = _file_urls(hot)[0]
+    kinds = {hot.get(url, headers={"Range": f"bytes=0-1,{4 + i}-{5 + i}"}).headers["content-type"] for i in range(3)}
+    assert kinds == {f"multipart/byteranges; boundary={file_reads.BOUNDARY}"}
+
+
 @pytest.mark.parametrize("name", list(BROKEN))
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
 def test_refused_urls_are_the_routes_refusals(apps, name, method):
