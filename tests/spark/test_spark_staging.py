@@ -212,9 +212,9 @@ def plan(sharing):
     return files, Refresh(remote, "snapshot", {})
 
 
-def _tasks(files, actions=None):
+def _tasks(files, actions=None, rewrite=False):
     actions = files.files if actions is None else actions
-    return [StageTask(a, f"t/{file_key(a.id, a.size)}.parquet", False) for a in actions]
+    return [StageTask(a, f"t/{file_key(a.id, a.size)}.parquet", rewrite) for a in actions]
 
 
 def test_files_are_staged_complete_and_checked(tmp_path, plan):
@@ -225,12 +225,15 @@ def test_files_are_staged_complete_and_checked(tmp_path, plan):
     assert all(area.valid(t.relpath, t.action.size) for t in _tasks(files))
 
 
-def test_a_size_that_differs_from_the_answer_is_an_error_and_leaves_nothing(tmp_path, plan):
+@pytest.mark.parametrize(("more", "rewrite"), [(1, False), (1, True), (-1, True)], ids=["streamed", "kept", "overflow"])
+def test_a_size_that_differs_from_the_answer_is_an_error_and_leaves_nothing(tmp_path, plan, more, rewrite):
+    """A file streamed into its entry, or kept whole in memory to be rewritten (a buffer of the
+    listed size, which more bytes than listed must not overrun)."""
     files, refresh = plan
     area = LocalArea(str(tmp_path / "cache"))
-    wrong = dataclasses.replace(files.files[0], size=files.files[0].size + 1)
+    wrong = dataclasses.replace(files.files[0], size=files.files[0].size + more)
     with pytest.raises(FileDownloadError, match=r"sent \d+ bytes where the server's answer says .*read the table"):
-        stage_files(area, _tasks(files, [wrong]), threads=1, refresh=refresh)
+        stage_files(area, _tasks(files, [wrong], rewrite), threads=1, refresh=refresh)
     assert not list(area.entries())
 
 
@@ -359,3 +362,18 @@ def test_a_rewritten_file_writes_columns_without_nulls_as_required_and_keeps_the
     assert [f.metadata[b"PARQUET:field_id"] for f in back.schema] == [b"1", b"2", b"3"]
     assert back.schema.metadata[b"origin"] == b"test"
     assert back.to_pylist() == table.to_pylist()
+
+
+def test_a_rewritten_file_that_outgrows_its_buffer_is_written_whole():
+    """The copy is written into a buffer of the table's size in memory and some more; one whose
+    parquet is larger (here a footer of 12,000 columns for no rows) is written again, whole."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from deltaport.spark.fetching import staged_copy
+
+    table = pa.table({f"c{i}": pa.array([], pa.int64()) for i in range(12_000)})
+    copy = staged_copy(table, [])
+    assert copy.size > table.nbytes + (1 << 20)  # the case at hand
+    back = pq.read_table(pa.BufferReader(copy))
+    assert back.num_rows == 0 and back.column_names == table.column_names
