@@ -193,7 +193,8 @@ def _rewrite(data: memoryview, task: StageTask, action: FileAction, http: httpx.
     and field ids kept. A file that needs neither is written as it came."""
     source = pa.BufferReader(data)
     text = _text_columns(pq.read_schema(source))
-    table = pq.read_table(source, coerce_int96_timestamp_unit="us", read_dictionary=text)
+    # pre_buffer: the file is in memory already; coalescing its reads would only copy it again
+    table = pq.read_table(source, coerce_int96_timestamp_unit="us", read_dictionary=text, pre_buffer=False)
     mask = row_mask(action, table.num_rows, http)
     changed = _widen(table, task.widened)
     if mask is None and changed is table:
