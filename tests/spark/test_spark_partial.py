@@ -265,7 +265,7 @@ def test_the_dataframe_is_the_whole_reads_where_and_select(spark, served, cache,
     expected = whole_read(spark, served, "many", tmp_path, columns, where)
     assert ours.columns == expected.columns
     assert rows(ours) == rows(expected)
-    assert entries(cache, ".part.parquet"), "read from compact entries"
+    assert entries(cache, ".part.parquet") or not rows(expected), "read from compact entries"
 
 
 @pytest.mark.parametrize(
@@ -316,14 +316,27 @@ def test_one_column_of_many_fetches_a_fraction_then_only_new_chunks_then_nothing
 
 
 def test_a_filter_on_a_sorted_column_fetches_only_its_row_groups(spark, served, cache):
+    """Of the files whose footers rule out every row group only the footer is fetched, and Spark
+    is not given them; a second read finds it all in the cache."""
     storage = served.storage
     storage.bytes = 0
-    frame = read_table(spark, served.url("many"), columns=["id", "value"], where="id < 4000", stagingLocation=cache)
-    assert frame.count() == 4000
+    first = stage(spark, served.url("many"), columns=["id", "value"], where="id < 4000", stagingLocation=cache)
+    assert first.dataframe.count() == 4000
     footers = FILES * TAIL  # the last 64 KiB of each file
     assert storage.bytes - footers < 0.03 * served.total_bytes("many")  # 2 of 80 row groups, 2 of 7 columns
     kept = sorted(pq.ParquetFile(entry).metadata.num_row_groups for entry in entries(cache, ".part.parquet"))
-    assert kept == [0, 0, 0, 2]
+    assert kept == [2] and first.files == 1 and len(entries(cache, ".footer")) == FILES
+
+    storage.requests = 0
+    again = stage(spark, served.url("many"), columns=["id", "value"], where="id < 4000", stagingLocation=cache)
+    assert (again.files, again.fetched.files, storage.requests) == (1, 0, 0)
+    assert rows(again.dataframe) == rows(first.dataframe)
+
+
+def test_a_filter_no_row_group_can_pass_reads_no_file(spark, served, cache):
+    none = stage(spark, served.url("many"), columns=["id", "part"], where="id < 0", stagingLocation=cache)
+    assert none.files == 0 and none.dataframe.count() == 0 and none.dataframe.columns == ["id", "part"]
+    assert not entries(cache, ".part.parquet") and len(entries(cache, ".footer")) == FILES
 
 
 @pytest.mark.parametrize("columns", [[f["name"] for f in SCHEMA["fields"]], ["value", "name", "id"]])
@@ -569,7 +582,8 @@ def test_executors_fetch_chunks_alike_and_load_as_spark_passes_columns_and_where
 
     where = "id < 3000 AND qty > 500"
     expected = staged_on_executors(spark, served, cache, tmp_path, "many", ["qty"], where)
-    assert sorted(pq.ParquetFile(e).metadata.num_row_groups for e in entries(cache, ".part.parquet")) == [0, 0, 0, 2]
+    assert sorted(pq.ParquetFile(e).metadata.num_row_groups for e in entries(cache, ".part.parquet")) == [2]
+    assert len(entries(cache, ".footer")) == FILES  # the others ruled out by their footers
     url = served.url("many")
     loaded = deltaport.load_as_spark(url, spark=spark, columns=["qty"], where=where, stagingLocation=cache)
     assert loaded.columns == ["qty"] and rows(loaded) == expected

@@ -40,7 +40,7 @@ from deltaport.spark.chunks import Need
 from deltaport.spark.directory import access_mode, stage_by_directory
 from deltaport.spark.fetching import StageReport, StageTask, on_a_cluster, stage_files, stage_on_executors
 from deltaport.spark.options import READ_TABLE, ReadOptions, StagingOptions
-from deltaport.spark.partial import covered, footer_relpath, part_relpath
+from deltaport.spark.partial import covered, footer_relpath, nothing_needed, part_relpath
 from deltaport.spark.projection import checked_columns, need_of
 from deltaport.spark.remote import Refresh, batch_request
 from deltaport.spark.staging import (
@@ -195,11 +195,15 @@ def _missing(area: CacheArea, tasks: Sequence[StageTask]) -> list[StageTask]:
 
 
 def _read_paths(area: CacheArea, tasks: Sequence[StageTask]) -> list[str]:
-    """The entry Spark reads for each task: the whole file when it is staged, else the compact one."""
-    return [
-        task.relpath if task.need is None or area.valid(task.relpath, task.action.size) else part_relpath(task.relpath)
-        for task in tasks
-    ]
+    """The entry Spark reads for each task: the whole file when it is staged, else the compact one;
+    none for a file of which the query needs no row group (:func:`nothing_needed`)."""
+    paths = []
+    for task in tasks:
+        if task.need is None or area.valid(task.relpath, task.action.size):
+            paths.append(task.relpath)
+        elif area.size(part_relpath(task.relpath)) is not None or not nothing_needed(area, task.relpath, task.need):
+            paths.append(part_relpath(task.relpath))
+    return paths
 
 
 def _kept(tasks: Sequence[StageTask]) -> list[str]:

@@ -12,6 +12,9 @@ that names its columns keeps:
   closer than :data:`~deltaport.spark.chunks.GAP` in one range; a file's ranges in one GET where
   the server answers them together, as deltaport's own does), written aside and renamed.
 
+A file whose footer says the query needs none of its row groups (its ``where`` rules out each)
+gets only its ``<key>.footer``, and is left out of the DataFrame.
+
 A valid whole-file entry always wins. When the needed bytes are most of the file (80 %), the
 whole file is fetched instead. A store that ignores ``Range`` answers the first GET with the
 whole file: it becomes the whole-file entry. A file whose size is not the listed one, or whose
@@ -47,7 +50,7 @@ from deltaport.spark.chunks import wanted as wanted_parts
 from deltaport.spark.parquet_footer import FOOTER_ONLY, FooterError, Struct, decode
 from deltaport.spark.staging import CacheArea
 
-__all__ = ["covered", "footer_relpath", "part_relpath", "stage_needed"]
+__all__ = ["covered", "footer_relpath", "nothing_needed", "part_relpath", "stage_needed"]
 
 TAIL = 64 << 10
 WHOLE_SHARE = 0.8
@@ -151,13 +154,24 @@ def held_entry(area: CacheArea, relpath: str, footer: Footer, size: int) -> Entr
 
 
 def covered(area: CacheArea, relpath: str, size: int, need: Need) -> bool:
-    """Whether the cache holds what ``need`` needs of the file (a compact entry; the whole-file
-    entry is checked by the caller) without fetching anything."""
+    """Whether the cache holds what ``need`` needs of the file (a compact entry, or nothing where
+    it needs no row group; the whole-file entry is checked by the caller) without fetching anything."""
     footer = cached_footer(area, relpath)
     if footer is None:
         return False
+    groups, leaves = wanted_parts(footer, need)
+    if not groups:
+        return True
     entry = held_entry(area, relpath, footer, size)
-    return entry is not None and entry.record.covers(*wanted_parts(footer, need))
+    return entry is not None and entry.record.covers(groups, leaves)
+
+
+def nothing_needed(area: CacheArea, relpath: str, need: Need) -> bool:
+    """Whether the file's cached footer says ``need`` needs none of its row groups: its ``where``
+    rules out each by its statistics (or the file has none). Such a file gets no entry, and Spark
+    is not given it: no row of it could pass the ``where`` the DataFrame applies."""
+    footer = cached_footer(area, relpath)
+    return footer is not None and not wanted_parts(footer, need)[0]
 
 
 # --- fetching -----------------------------------------------------------------------------------------
@@ -426,6 +440,8 @@ def stage_needed(area: CacheArea, relpath: str, action: FileAction, need: Need, 
         if footer is None:
             return fetched  # the whole file came
     groups, leaves = wanted_parts(footer, need)
+    if not groups:  # see nothing_needed
+        return fetched
     old = held_entry(area, relpath, footer, action.size)
     if old is not None:
         if old.record.covers(groups, leaves):
