@@ -21,7 +21,8 @@ starts from a path; that call's own time is printed too):
 * the DV table (whole files, rewritten) and the partitioned table (count+sum, a filter on the
   partition column, full-row scan);
 * ``deltaSharing``: the Python data source, for the record; and the fetch throughput of the
-  whole table into an empty cache, with the CPU seconds of the server process and this one.
+  whole table into an empty cache (best of ``--runs``, median beside it), with the CPU seconds
+  of the server process and this one.
 
 Each case is run ``--runs`` times after a warm-up round and its best time kept; a case and its
 peer run in turn within each round (peer, first read, and for count+sum the cached read), so that
@@ -363,21 +364,28 @@ class Bench:
         return statistics.median(self.times[name])
 
 
-def measure_fetch(spark, url: str, cache: Path, server: Server, size_bytes: int) -> str:
+def measure_fetch(spark, url: str, cache: Path, server: Server, size_bytes: int, runs: int) -> str:
+    """The whole table staged into an empty cache ``runs`` times: the fastest, as the cases keep
+    their best time (one staging is a second of a machine whose spells last longer), with the CPU
+    of that run and the median throughput."""
     from deltaport.spark import stage
 
-    shutil.rmtree(cache, ignore_errors=True)
-    server_cpu, own_cpu, t0 = server.cpu_seconds(), time.process_time(), time.perf_counter()
-    staged = stage(spark, url, stagingLocation=str(cache))
-    seconds = time.perf_counter() - t0
-    server_cpu, own_cpu = server.cpu_seconds() - server_cpu, time.process_time() - own_cpu
-    fetch = staged.fetched
-    gb_s = fetch.bytes / 1e9 / fetch.seconds
+    rounds = []
+    for _ in range(runs):
+        shutil.rmtree(cache, ignore_errors=True)
+        server_cpu, own_cpu, t0 = server.cpu_seconds(), time.process_time(), time.perf_counter()
+        fetch = stage(spark, url, stagingLocation=str(cache)).fetched
+        seconds = time.perf_counter() - t0
+        rounds.append((fetch, seconds, server.cpu_seconds() - server_cpu, time.process_time() - own_cpu))
+    speeds = [fetch.bytes / 1e9 / fetch.seconds for fetch, *_ in rounds]
+    fetch, seconds, server_cpu, own_cpu = rounds[speeds.index(max(speeds))]
+    gb_s = max(speeds)
     verdict = "meets" if gb_s >= FETCH_TARGET_GB_S else "misses"
     return (
-        f"fetch: {fetch.files} files, {fetch.bytes / 1e9:.2f} GB in {fetch.seconds:.2f} s = {gb_s:.2f} GB/s "
-        f"({verdict} >= {FETCH_TARGET_GB_S} GB/s); whole stage() {seconds:.2f} s; CPU: server {server_cpu:.2f} s, "
-        f"driver {own_cpu:.2f} s; size on disk {size_bytes / (1 << 20):.0f} MiB"
+        f"fetch, best of {runs}: {fetch.files} files, {fetch.bytes / 1e9:.2f} GB in {fetch.seconds:.2f} s = "
+        f"{gb_s:.2f} GB/s ({verdict} >= {FETCH_TARGET_GB_S} GB/s; median {statistics.median(speeds):.2f} GB/s); "
+        f"whole stage() {seconds:.2f} s; CPU: server {server_cpu:.2f} s, driver {own_cpu:.2f} s; "
+        f"size on disk {size_bytes / (1 << 20):.0f} MiB"
     )
 
 
@@ -425,7 +433,9 @@ def main() -> None:
     bench = Bench(args.runs)
     try:
         run_cases(spark, bench, server, workdir, {"t": table, "p": parted}, info)
-        fetch_line = measure_fetch(spark, f"{server.profile}#b.d.t", workdir / "staging", server, info["bytes"])
+        fetch_line = measure_fetch(
+            spark, f"{server.profile}#b.d.t", workdir / "staging", server, info["bytes"], args.runs
+        )
         if not args.skip_data_source:
             shared = spark.read.format("deltaSharing").load(f"{server.profile}#b.d.t")
             bench.case("count+sum, deltaSharing (Python data source)", lambda: count_and_sum(shared))
