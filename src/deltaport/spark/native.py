@@ -196,12 +196,12 @@ def _missing(area: CacheArea, tasks: Sequence[StageTask]) -> list[StageTask]:
 
 def _read_paths(area: CacheArea, tasks: Sequence[StageTask]) -> list[str]:
     """The entry Spark reads for each task: the whole file when it is staged, else the compact one;
-    none for a file of which the query needs no row group (:func:`nothing_needed`)."""
+    none for a file of which the query's ``where`` rules out every row group (:func:`nothing_needed`)."""
     paths = []
     for task in tasks:
         if task.need is None or area.valid(task.relpath, task.action.size):
             paths.append(task.relpath)
-        elif area.size(part_relpath(task.relpath)) is not None or not nothing_needed(area, task.relpath, task.need):
+        elif not nothing_needed(area, task.relpath, task.need):
             paths.append(part_relpath(task.relpath))
     return paths
 

@@ -160,18 +160,26 @@ def covered(area: CacheArea, relpath: str, size: int, need: Need) -> bool:
     if footer is None:
         return False
     groups, leaves = wanted_parts(footer, need)
-    if not groups:
+    if _none_pass(need, groups):
         return True
     entry = held_entry(area, relpath, footer, size)
     return entry is not None and entry.record.covers(groups, leaves)
 
 
+def _none_pass(need: Need, groups: tuple[int, ...]) -> bool:
+    """Whether ``need``'s ``where`` rules out every row group of a file (``groups``: those it keeps)."""
+    return need.where is not None and not groups
+
+
 def nothing_needed(area: CacheArea, relpath: str, need: Need) -> bool:
-    """Whether the file's cached footer says ``need`` needs none of its row groups: its ``where``
-    rules out each by its statistics (or the file has none). Such a file gets no entry, and Spark
-    is not given it: no row of it could pass the ``where`` the DataFrame applies."""
+    """Whether the file has no compact entry because its cached footer says ``need``'s ``where``
+    rules out each of its row groups by their statistics. Such a file is not given to Spark: no
+    row of it could pass the ``where`` the DataFrame applies. Asked after staging; without a
+    ``where``, or with an entry (one stat), no footer is read."""
+    if need.where is None or area.size(part_relpath(relpath)) is not None:
+        return False
     footer = cached_footer(area, relpath)
-    return footer is not None and not wanted_parts(footer, need)[0]
+    return footer is not None and _none_pass(need, wanted_parts(footer, need)[0])
 
 
 # --- fetching -----------------------------------------------------------------------------------------
@@ -440,7 +448,7 @@ def stage_needed(area: CacheArea, relpath: str, action: FileAction, need: Need, 
         if footer is None:
             return fetched  # the whole file came
     groups, leaves = wanted_parts(footer, need)
-    if not groups:  # see nothing_needed
+    if _none_pass(need, groups):  # see nothing_needed
         return fetched
     old = held_entry(area, relpath, footer, action.size)
     if old is not None:
