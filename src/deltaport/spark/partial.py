@@ -154,8 +154,9 @@ def held_entry(area: CacheArea, relpath: str, footer: Footer, size: int) -> Entr
 
 
 def covered(area: CacheArea, relpath: str, size: int, need: Need) -> bool:
-    """Whether the cache holds what ``need`` needs of the file (a compact entry, or nothing where
-    it needs no row group; the whole-file entry is checked by the caller) without fetching anything."""
+    """Whether the cache holds what ``need`` needs of the file (a compact entry, or only its footer
+    where the ``where`` rules out every row group; the whole-file entry is checked by the caller)
+    without fetching anything."""
     footer = cached_footer(area, relpath)
     if footer is None:
         return False
