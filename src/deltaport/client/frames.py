@@ -32,22 +32,34 @@ __all__ = ["to_pandas"]
 _OPTIONS: dict[str, Any] = {"date_as_object": True}
 
 
-def _codes(chunk: pa.DictionaryArray, base: int) -> np.ndarray:
-    """``chunk``'s indices shifted by ``base``; -1 (the last value, None) for a null."""
-    codes = chunk.indices.fill_null(-1).to_numpy()
-    return codes + base if not chunk.null_count else np.where(codes >= 0, codes + base, -1)
+def _put_codes(chunk: pa.DictionaryArray, base: int, out: np.ndarray) -> None:
+    """``chunk``'s indices shifted by ``base`` into ``out``; -1 (the last value, None) for a null."""
+    indices = chunk.indices.fill_null(0) if chunk.null_count else chunk.indices
+    np.add(indices.to_numpy(), base, out=out, dtype=np.intp)
+    if chunk.null_count:
+        out[chunk.is_null().to_numpy(zero_copy_only=False)] = -1
 
 
 def _objects(chunks: Sequence[pa.DictionaryArray]) -> np.ndarray:
     """One ``object`` array of dictionary chunks' values: a single take from all their dictionaries
-    (a take into a new array; one into a preallocated ``object`` array is several times slower)."""
-    values, codes, base = [], [], 0
+    (a take into a new array; one into a preallocated ``object`` array is several times slower),
+    by codes written straight into one array of the width ``take`` uses (:func:`_code_array`)."""
+    values, codes, base, pos = [], _code_array(chunks), 0, 0
     for chunk in chunks:
         values.append(chunk.dictionary.to_numpy(zero_copy_only=False))
-        codes.append(_codes(chunk, base))
-        base += len(chunk.dictionary)
+        _put_codes(chunk, base, codes[pos : pos + len(chunk)])
+        pos, base = pos + len(chunk), base + len(chunk.dictionary)
     values.append(np.array([None], dtype=object))
-    return np.concatenate(values).take(np.concatenate(codes) if codes else np.empty(0, dtype=np.intp))
+    return np.concatenate(values).take(codes)
+
+
+def _code_array(chunks: Sequence[pa.Array]) -> np.ndarray:
+    """An array for one code per row of ``chunks``, of ``intp``: the width ``take`` works in, which
+    copies narrower codes into a new array of it first. Codes made per chunk, concatenated and
+    widened took three arrays of fresh pages where this takes one; with the result's, a
+    conversion of 34.5 M rows went from 0.88-2.34 s to 0.81-1.17 s over six processes each
+    (fresh pages are slow to fault in on some machines, and unevenly so)."""
+    return np.empty(sum(map(len, chunks)), dtype=np.intp)
 
 
 #: A date column is taken from a table of its range's days when the range has at most this many
@@ -72,8 +84,12 @@ def _date_objects(chunks: Sequence[pa.Array]) -> np.ndarray | None:
         days = np.array([dt.date.fromordinal(_EPOCH + d) for d in range(low, high + 1)] + [None], dtype=object)
     except ValueError:  # beyond what datetime.date holds: pyarrow's conversion says so
         return None
-    codes = [pc.subtract(c.view(pa.int32()), low).fill_null(span).to_numpy() for c in chunks]
-    return days.take(np.concatenate(codes))
+    codes, pos = _code_array(chunks), 0
+    for c in chunks:  # nulls: the None after the last day
+        days_since = c.view(pa.int32()).fill_null(low + span).to_numpy()
+        np.subtract(days_since, low, out=codes[pos : pos + len(c)], dtype=np.intp)
+        pos += len(c)
+    return days.take(codes)
 
 
 def _plain(table: pa.Table, column: int) -> pa.Table:
