@@ -59,7 +59,10 @@ T = TypeVar("T")
 B = TypeVar("B")
 
 DEFAULT_DOWNLOAD_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_backoff=10.0)
-CHUNK = 8 << 20
+#: The streamed bodies' piece: the socket read fills it, then the writer copies it out. At 1 MiB
+#: it is still in the core's cache when copied (staging 1.33 GB over loopback: 0.7 s and 0.8-1.0
+#: CPU-s in the fetching process, against 1.1 s and 1.5 CPU-s at 8 MiB; 256 KiB costs more calls).
+CHUNK = 1 << 20
 _EXPIRED_MARKERS = (b"expired", b"ExpiredToken", b"AuthenticationFailed", b"SignatureDoesNotMatch")
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 Key = tuple[str, str, int]
@@ -467,9 +470,9 @@ def _stream_get(
 
 
 def copy_url(url: str, out: Any, *, pool: ConnectionPool, file_id: str) -> int:
-    """One GET of ``url`` streamed into ``out`` (``write`` is called with views of up to 8 MiB of a
-    buffer the thread reuses, so ``out`` copies what it keeps; the socket read and the write run in
-    C, the GIL released); returns the bytes written. Raises
+    """One GET of ``url`` streamed into ``out`` (``write`` is called with views of up to
+    :data:`CHUNK` bytes of a buffer the thread reuses, so ``out`` copies what it keeps; the socket
+    read and the write run in C, the GIL released); returns the bytes written. Raises
     :func:`status_error`'s errors, or :class:`Transient` (see :func:`retrying`)."""
     key, _ = _key_and_target(url)
     if pool.proxied(key[0], key[1]):
