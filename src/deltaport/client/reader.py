@@ -21,11 +21,20 @@ import pyarrow.parquet as pq
 from deltaport.client.download import DEFAULT_DOWNLOAD_RETRY, download, download_into
 from deltaport.client.errors import FileDownloadError
 from deltaport.client.model import FileAction
+from deltaport.client.retry import RetryPolicy
 from deltaport.client.schema import CHANGE_COLUMNS, ColumnSpec, TableInfo, parse_partition_value
 from deltaport.client.transport import direct_pool, file_http_client
 from deltaport.dv import DeletionVectorDescriptor, keep_mask, read_dv
 
-__all__ = ["DEFAULT_DOWNLOAD_RETRY", "conform", "download", "read_change_file", "read_file", "row_mask"]
+__all__ = [
+    "DEFAULT_DOWNLOAD_RETRY",
+    "conform",
+    "download",
+    "download_file",
+    "read_change_file",
+    "read_file",
+    "row_mask",
+]
 
 _CHANGE_NAMES = tuple(name for name, _ in CHANGE_COLUMNS)
 
@@ -50,14 +59,22 @@ class _OwnClient:
             self.http.close()
 
 
-def _download_file(url: str, http: httpx.Client, file_id: str) -> pa.Buffer:
-    """A whole data file, in Arrow memory when ``http``'s connections can be used directly."""
+def download_file(
+    url: str,
+    http: httpx.Client,
+    file_id: str,
+    *,
+    allocate: Callable[[int], pa.Buffer] = pa.allocate_buffer,
+    retry: RetryPolicy = DEFAULT_DOWNLOAD_RETRY,
+) -> pa.Buffer:
+    """A whole data file, read straight into ``allocate(length)`` (Arrow memory) when ``http``'s
+    connections can be used directly; through ``http`` (a proxy, a redirect) otherwise."""
     pool = direct_pool(http, url)
     if pool is not None:
-        data = download_into(url, pool, pa.allocate_buffer, file_id=file_id)
+        data = download_into(url, pool, allocate, retry=retry, file_id=file_id)
         if data is not None:
             return data
-    return pa.py_buffer(download(url, http, file_id=file_id))
+    return pa.py_buffer(download(url, http, retry=retry, file_id=file_id))
 
 
 # --- deletion vectors ------------------------------------------------------------------------------
@@ -265,7 +282,7 @@ def _read(
 ) -> pa.Table:
     specs = _selected(table, columns)
     with _OwnClient(http) as client:
-        data = _download_file(action.url, client, action.id)
+        data = download_file(action.url, client, action.id)
         try:
             pf = pq.ParquetFile(pa.BufferReader(data), **_OPEN)
             file_names, sources = _column_sources(pf.schema_arrow.names, specs, action)

@@ -30,7 +30,7 @@ import time
 import uuid
 import weakref
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from deltaport.client.download import ConnectionPool, copy_url, retrying
 from deltaport.client.errors import ConnectionFailed, FileDownloadError
 from deltaport.client.model import FileAction
-from deltaport.client.reader import conform, row_mask
+from deltaport.client.reader import conform, download_file, row_mask
 from deltaport.client.renewal import UrlRenewer
 from deltaport.client.retry import RetryPolicy
 from deltaport.client.spark_session import is_connect
@@ -157,24 +157,6 @@ def staged_copy(table: pa.Table, text: list[str]) -> pa.Buffer:
         return grown.getvalue()
 
 
-class _Filled:
-    """A writer that keeps a whole file in one buffer of its listed ``size``, from Arrow's memory
-    pool (already paged in; a growing buffer would copy it at each step). Bytes past ``size`` are
-    counted, not kept: the caller compares the count with the size."""
-
-    def __init__(self, size: int) -> None:
-        self.buffer = pa.allocate_buffer(size)
-        self.view = memoryview(self.buffer).cast("B")
-        self.got = 0
-
-    def write(self, data: Any) -> int:
-        n = len(data)
-        if self.got + n <= len(self.view):
-            self.view[self.got : self.got + n] = data
-        self.got += n
-        return n
-
-
 def _required_where_full(table: pa.Table) -> pa.Table:
     """``table`` with each top-level column that holds no null declared non-nullable (metadata only)."""
     schema = pa.schema(
@@ -205,17 +187,31 @@ def _rewrite(data: memoryview, task: StageTask, action: FileAction, http: httpx.
     out.write(memoryview(staged_copy(changed, text)))
 
 
-def _write_once(area: CacheArea, task: StageTask, action: FileAction, http: httpx.Client, pool: ConnectionPool) -> int:
+def _listed_size(action: FileAction) -> Callable[[int], pa.Buffer]:
+    """Arrow memory for a body of the file's listed size; another size is refused before any of
+    it is read (a file that changed, or a length no memory should be taken for)."""
+
+    def allocate(length: int) -> pa.Buffer:
+        if length != action.size:
+            raise _size_error(action, length)
+        return pa.allocate_buffer(length)
+
+    return allocate
+
+
+def _write_once(
+    area: CacheArea, task: StageTask, action: FileAction, http: httpx.Client, pool: ConnectionPool, retry: RetryPolicy
+) -> int:
     if task.need is not None and not task.rewrite:
         return stage_needed(area, task.relpath, action, task.need, pool)
     write = area.write(task.relpath)
     try:
         if task.rewrite:
-            whole = _Filled(action.size)
-            got = copy_url(action.url, whole, pool=pool, file_id=action.id)
-            if got != action.size:
+            whole = download_file(action.url, http, action.id, allocate=_listed_size(action), retry=retry)
+            got = whole.size
+            if got != action.size:  # came through httpx (a proxy, a redirect)
                 raise _size_error(action, got)
-            _rewrite(whole.view, task, action, http, write)
+            _rewrite(memoryview(whole), task, action, http, write)
         else:
             got = copy_url(action.url, write, pool=pool, file_id=action.id)
             if got != action.size:
@@ -239,7 +235,7 @@ def stage_one(
     """Stage one file: retries transient failures, renews refused URLs; returns bytes fetched."""
 
     def attempt(action: FileAction) -> int:
-        write = functools.partial(_write_once, area, task, action, http, pool)
+        write = functools.partial(_write_once, area, task, action, http, pool, retry)
         return retrying(write, retry, what=f"file {action.id}", url=action.url, file_id=action.id)
 
     return renewer.read(task.action, attempt)
