@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from deltaport.client.errors import ConnectionFailed, FileDownloadError, SharingServerError, UrlExpired
@@ -235,6 +236,20 @@ def test_a_size_that_differs_from_the_answer_is_an_error_and_leaves_nothing(tmp_
     with pytest.raises(FileDownloadError, match=r"sent \d+ bytes where the server's answer says .*read the table"):
         stage_files(area, _tasks(files, [wrong], rewrite), threads=1, refresh=refresh)
     assert not list(area.entries())
+
+
+def test_a_file_to_rewrite_of_another_size_takes_no_memory(tmp_path, plan, monkeypatch):
+    """The answer's length is compared with the listed size before a buffer is taken for it."""
+    files, refresh = plan
+    taken = []
+    real = pa.allocate_buffer
+    monkeypatch.setattr(pa, "allocate_buffer", lambda size, *a, **k: taken.append(size) or real(size, *a, **k))
+    wrong = dataclasses.replace(files.files[0], size=files.files[0].size - 1)
+    with pytest.raises(FileDownloadError, match=r"sent \d+ bytes where the server's answer says .*read the table"):
+        stage_files(LocalArea(str(tmp_path / "cache")), _tasks(files, [wrong], True), threads=1, refresh=refresh)
+    assert files.files[0].size not in taken
+    stage_files(LocalArea(str(tmp_path / "cache")), _tasks(files, files.files[:1], True), threads=1, refresh=refresh)
+    assert files.files[0].size in taken
 
 
 def test_a_refused_url_is_renewed_from_the_server(tmp_path, plan, sharing):
