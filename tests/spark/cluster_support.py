@@ -7,6 +7,7 @@ packages) and ``SPARK_LOCAL_IP=127.0.0.1``; their logs are in the work folder.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -169,26 +170,94 @@ def executor_process(pid: int) -> bool:
     return False
 
 
+def _socket_inode(port: int, server_port: int) -> str | None:
+    """The inode of the loopback socket from ``port`` to ``server_port``, from the kernel's tables."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            ports = int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)
+            if ports == (port, server_port) and fields[9] != "0":  # 0: a closed socket (TIME_WAIT)
+                return fields[9]
+    return None
+
+
+def _python_holding(inode: str) -> tuple[int, str] | None:
+    """The Python process holding the socket ``inode``, and its descriptor's path in ``/proc``
+    (every fetcher is a Python process: the executors' workers, the drivers). Python processes
+    only: the JVMs hold thousands of descriptors."""
+    target = f"socket:[{inode}]"
+    for proc in psutil.process_iter(["name"]):
+        if not (proc.info["name"] or "").startswith("python"):
+            continue
+        try:
+            for fd in Path(f"/proc/{proc.pid}/fd").iterdir():
+                try:
+                    if os.readlink(fd) == target:
+                        return proc.pid, str(fd)
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return None
+
+
 class FetchRecorder:
-    """ASGI middleware noting, for each GET of a shared file, the process that sent it."""
+    """ASGI middleware noting, for each GET of a shared file, the process that sent it.
+
+    Finding a socket's process reads the kernel's socket table and scans processes' descriptors
+    (about 15 ms with a cluster running), so it runs in a thread while the request is served (the
+    answer starts once it is known, so the client's socket is still open), and once per connection:
+    a kept-alive connection's next request is known by its descriptor still holding the socket."""
 
     def __init__(self, app) -> None:
         self.app = app
         self.fetches: list[tuple[int, bool]] = []  # (pid, whether that process is an executor's)
+        self._connections: dict[int, tuple[str, str, int]] = {}  # client port: (fd path, socket, pid)
+        self._executors: dict[int, bool] = {}
 
-    def _peer_pid(self, port: int, server_port: int) -> int:
-        """The process of the socket from ``port`` to ``server_port`` (a local port may serve
-        several connections to other peers)."""
-        for conn in psutil.net_connections(kind="tcp"):
-            if conn.laddr and conn.raddr and (conn.laddr.port, conn.raddr.port) == (port, server_port):
-                return -1 if conn.pid is None else conn.pid
-        return -1
+    def _peer(self, port: int, server_port: int) -> tuple[int, bool]:
+        """The process of the socket from ``port`` to ``server_port``, and whether it is an executor's."""
+        pid = self._known(port)
+        if pid is None:
+            inode = _socket_inode(port, server_port)
+            found = None if inode is None else _python_holding(inode)
+            if found is None:
+                return -1, False
+            pid = found[0]
+            self._connections[port] = (found[1], f"socket:[{inode}]", pid)
+        if pid not in self._executors:
+            self._executors[pid] = executor_process(pid)
+        return pid, self._executors[pid]
+
+    def _known(self, port: int) -> int | None:
+        """The process of the connection from ``port`` seen before, if that socket is still open
+        (then no other connection can have the same ports)."""
+        known = self._connections.get(port)
+        if known is None:
+            return None
+        try:
+            return known[2] if os.readlink(known[0]) == known[1] else None
+        except OSError:
+            return None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "GET" and "/files/" in scope["path"]:
-            pid = self._peer_pid(scope["client"][1], scope["server"][1])
-            self.fetches.append((pid, executor_process(pid)))
-        return await self.app(scope, receive, send)
+        if not (scope["type"] == "http" and scope["method"] == "GET" and "/files/" in scope["path"]):
+            return await self.app(scope, receive, send)
+        peer = asyncio.get_running_loop().run_in_executor(None, self._peer, scope["client"][1], scope["server"][1])
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                self.fetches.append(await peer)
+            await send(message)
+
+        try:
+            return await self.app(scope, receive, sending)
+        finally:
+            await peer
 
 
 # --- the reads both kinds of session make ----------------------------------------------------------------
