@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from deltaport.client.errors import FileDownloadError
 
-__all__ = ["HEAD_MAX", "RangeParts", "boundary_of", "changed_size", "content_range", "overlaps"]
+__all__ = ["HEAD_MAX", "RangeParts", "boundary_of", "changed_size", "content_range", "overlaps", "splices"]
 
 T = TypeVar("T")
 
@@ -71,6 +71,16 @@ def content_range(header: str | None) -> tuple[int, int, int] | None:
     return (start, end, size) if unit.lower() == "bytes" and 0 <= start < end else None
 
 
+def _splice_into(out: Any, move: Any, limit: int) -> int:
+    return out.splice(move, limit) if splices(out) else 0
+
+
+def splices(out: Any) -> bool:
+    """Whether ``out`` can take bytes straight from a socket: it says so by a ``splices()``."""
+    offers = getattr(out, "splices", None)
+    return bool(offers is not None and offers())
+
+
 class RangeParts:
     """A writer for the body of one GET of ``parts`` = [(start, end, writer), …] (ascending and
     apart) of a file of ``size`` bytes, once :meth:`expect` said what the answer's headers promise."""
@@ -105,6 +115,32 @@ class RangeParts:
                 self.head += view[: HEAD_MAX - len(self.head)]
                 break
         return len(data)
+
+    def splices(self) -> bool:
+        """Whether a range's writer can take its bytes straight from the socket (see :meth:`splice`)."""
+        return any(splices(out) for _, _, out in self.parts)
+
+    def splice(self, move: Any, limit: int) -> int:
+        """Let the writer of the range the body's next bytes belong to take up to ``limit`` of them
+        with ``move`` (straight from the socket: :mod:`~deltaport.client.splicing`), if its
+        ``splices()`` says it can; returns how many it took, 0 where they must be written (a
+        part's head, the bytes between ranges, a writer that cannot)."""
+        if self.delimiter is None:
+            return self._splice_spanning(move, limit)
+        if not self.left:
+            return 0
+        moved = _splice_into(self.parts[self.index][2], move, min(limit, self.left))
+        self.left -= moved
+        self.index += 0 if self.left else 1
+        return moved
+
+    def _splice_spanning(self, move: Any, limit: int) -> int:
+        for start, stop, out in self.parts:
+            if start <= self.pos < stop:
+                moved = _splice_into(out, move, min(limit, stop - self.pos))
+                self.pos += moved
+                return moved
+        return 0
 
     def _spread(self, view: memoryview) -> None:
         """One range spanning the parts: each part's share of ``view`` to its writer."""

@@ -12,7 +12,8 @@ inside executors, so nothing heavy is imported here) and the Python data source.
   and :func:`copy_range` (a byte range of a file streamed alike, its ``Content-Range`` checked
   against the file's listed size; a store that ignores ``Range`` sends the whole file, and says
   so by its status), and :func:`copy_ranges` (several ranges in one GET, from a server that
-  answers them together: deltaport's own; the pool remembers a host that does not).
+  answers them together: deltaport's own; the pool remembers a host that does not). A range's
+  writer that can takes its bytes straight from the socket (:mod:`~deltaport.client.splicing`).
 - :func:`retrying`: the :class:`~deltaport.client.retry.RetryPolicy` applied to one file:
   HTTP 429/5xx and connection errors are retried with backoff (``Retry-After`` honoured).
 - :func:`status_error`: a storage's HTTP status as the error to raise. A refused URL (401/403,
@@ -26,6 +27,7 @@ appear whole in messages or logs: only without their query string.
 from __future__ import annotations
 
 import http.client
+import io
 import ssl
 import threading
 import urllib.request
@@ -36,9 +38,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from deltaport.client.byteranges import RangeParts, boundary_of, changed_size, content_range
+from deltaport.client.byteranges import RangeParts, boundary_of, changed_size, content_range, splices
 from deltaport.client.errors import ConnectionFailed, FileDownloadError, UrlExpired
 from deltaport.client.retry import RetryPolicy, announce_retries, is_retryable_status
+from deltaport.client.splicing import Move, SocketFailed, mover
 
 __all__ = [
     "DEFAULT_DOWNLOAD_RETRY",
@@ -64,6 +67,9 @@ DEFAULT_DOWNLOAD_RETRY = RetryPolicy(max_retries=5, initial_backoff=0.2, max_bac
 #: in 1.56 s and 1.95 CPU-s of the fetching process, against 1.97 s and 2.72 CPU-s at 8 MiB;
 #: 751 MB of column chunks in 0.66 s against 0.71 s). 256 and 512 KiB cost more in calls.
 CHUNK = 1 << 20
+#: The most a spliced body's ordinary reads take at once: the parts' heads, and what ``http.client``
+#: read ahead with them. At least its reader's buffer, so that one read empties it.
+_DRAIN = max(1 << 16, io.DEFAULT_BUFFER_SIZE)
 _EXPIRED_MARKERS = (b"expired", b"ExpiredToken", b"AuthenticationFailed", b"SignatureDoesNotMatch")
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 Key = tuple[str, str, int]
@@ -350,7 +356,7 @@ def download_into(
     storage redirects: :func:`download` follows redirects."""
 
     def once() -> B | None:
-        response, out, body = _exchange(url, pool, (), (200,), lambda r: _read_into(r, allocate))
+        response, out, body = _exchange(url, pool, (), (200,), lambda r, _: _read_into(r, allocate))
         if out is not None or 300 <= response.status < 400:
             return out
         raise _refusal(response, body, url, file_id)
@@ -404,7 +410,7 @@ def _exchange(
     pool: ConnectionPool,
     extra: Sequence[tuple[str, str]],
     ok: tuple[int, ...],
-    consume: Callable[[http.client.HTTPResponse], T],
+    consume: Callable[[http.client.HTTPResponse, Any], T],
 ) -> tuple[http.client.HTTPResponse, T | None, bytes]:
     """One GET of ``url`` through ``pool`` (with ``extra`` headers): (the response, ``consume`` of it
     when its status is in ``ok``, else None; the body of any other answer). A connection error, or
@@ -419,10 +425,10 @@ def _exchange(
     body = b""
     try:
         if response.status in ok:
-            result = consume(response)
+            result = consume(response, conn.sock)
         else:
             body = response.read()
-    except (http.client.HTTPException, OSError) as exc:  # the network: the cache's writes raise their own errors
+    except (http.client.HTTPException, OSError, SocketFailed) as exc:  # the network (the cache raises its own errors)
         conn.close()
         raise Transient(f"{type(exc).__name__}: {exc}") from exc
     except BaseException:
@@ -430,6 +436,23 @@ def _exchange(
         raise
     pool.release(key, conn, response)
     return response, result, body
+
+
+def _spliced(response: http.client.HTTPResponse, out: Any, move: Move) -> int:
+    """The rest of ``response``'s body into ``out``: the bytes read already (and parts' heads) the
+    ordinary way, the rest taken by ``out`` straight from the socket where it can
+    (:meth:`RangeParts.splice`); returns the bytes written."""
+    written = 0
+    while response.length:
+        data = response.read1(_DRAIN)  # what the reader holds, or one read: its buffer is empty after
+        if not data:
+            break
+        out.write(data)
+        written += len(data)
+        while response.length and (moved := out.splice(move, response.length)):
+            response.length -= moved
+            written += moved
+    return written
 
 
 def _refusal(response: http.client.HTTPResponse, body: bytes, url: str, file_id: str | None) -> Exception:
@@ -453,15 +476,20 @@ def _stream_get(
     when the status is in ``ok`` (after ``check``); returns (bytes written, status). Raises
     :func:`status_error`'s errors, or :class:`Transient` (see :func:`retrying`)."""
 
-    def stream(response: http.client.HTTPResponse) -> int:
+    def stream(response: http.client.HTTPResponse, sock: Any) -> int:
         if check is not None:
             check(response)
-        written, view = 0, _chunk_buffer()
-        while count := response.readinto(view):
-            out.write(view[:count])
-            written += count
+        move = mover(sock) if response.length and splices(out) else None
+        if move is not None:
+            written = _spliced(response, out, move)
+        else:
+            written, view = 0, _chunk_buffer()
+            while count := response.readinto(view):
+                out.write(view[:count])
+                written += count
         if response.length:  # the peer closed before the length it announced
             raise http.client.IncompleteRead(b"", response.length)
+        response.close()  # done (http.client closes it itself only when it read the last bytes)
         return written
 
     response, written, body = _exchange(url, pool, extra, ok, stream)

@@ -2,7 +2,8 @@
 
 Each file is streamed from its presigned URL straight into its cache entry with the standard
 library's ``http.client`` (the socket read and the file write run in C with the GIL released;
-Python only hands over 1 MiB chunks), in a pool of threads on the driver, or as a Spark job
+Python only hands over 1 MiB chunks; a sparse entry's chunks go from the socket to the file by
+``splice``, :mod:`deltaport.client.splicing`), in a pool of threads on the driver, or as a Spark job
 whose tasks each stage their share of the files when a cluster runs the pipeline
 (:func:`stage_on_executors`: DataFrame operations only, so the same job runs on a classic
 session and through Spark Connect; the driver's deltaport is shipped to the executors' Python

@@ -283,6 +283,17 @@ class _Placed:
         self.file.write(data)
         self.pos = offset + len(data)
 
+    def splices(self) -> bool:
+        """Whether the cache's file takes bytes straight from a socket (a local file does)."""
+        return hasattr(self.file, "splice_at")
+
+    def splice_at(self, move: Any, offset: int, limit: int) -> int:
+        """Up to ``limit`` bytes at ``offset`` taken straight from the socket (see
+        :mod:`deltaport.client.splicing`); returns how many."""
+        moved = self.file.splice_at(move, offset, limit)
+        self.pos = -1  # the file's own position did not move: the next put seeks
+        return moved
+
 
 class _Slicer:
     """A writer for one GET of a run of chunks: passes on only the chunks' bytes, with their
@@ -297,6 +308,21 @@ class _Slicer:
             self.out.put(offset, piece)
         self.pos += len(data)
         return len(data)
+
+    def splices(self) -> bool:
+        """Whether the chunks can be taken straight from the socket: into a sparse entry's file."""
+        return isinstance(self.out, _Placed) and self.out.splices()
+
+    def splice(self, move: Any, limit: int) -> int:
+        """Up to ``limit`` of the next bytes taken straight from the socket, where they are a
+        chunk's (the bytes between chunks are written, and dropped)."""
+        assert isinstance(self.out, _Placed)
+        for start, stop, _ in self.spans:
+            if start <= self.pos < stop:
+                moved = self.out.splice_at(move, self.pos, min(limit, stop - self.pos))
+                self.pos += moved
+                return moved
+        return 0
 
 
 class _RangeIgnored(Exception):

@@ -253,6 +253,15 @@ class _LocalWrite(_AtomicFile):
             raise describe_os_error(exc, area.root) from None
         self.area = area
 
+    def splice_at(self, move: Any, offset: int, limit: int) -> int:
+        """Up to ``limit`` bytes written at ``offset`` by ``move`` (straight from a socket: see
+        :mod:`deltaport.client.splicing`); returns how many."""
+        try:
+            self.file.flush()
+            return move(self.file.fileno(), offset, limit)
+        except OSError as exc:
+            raise describe_os_error(exc, self.area.root) from None
+
     def _publish(self) -> None:
         os.replace(self.tmp, self.final)
 
