@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from deltaport.client.errors import FileDownloadError
 
-__all__ = ["HEAD_MAX", "RangeParts", "boundary_of", "changed_size", "content_range", "overlaps", "splices"]
+__all__ = ["HEAD_MAX", "RangeParts", "boundary_of", "changed_size", "content_range", "overlaps", "span_at", "splices"]
 
 T = TypeVar("T")
 
@@ -69,6 +69,11 @@ def content_range(header: str | None) -> tuple[int, int, int] | None:
     except ValueError:
         return None
     return (start, end, size) if unit.lower() == "bytes" and 0 <= start < end else None
+
+
+def span_at(spans: Iterable[tuple[int, int, T]], pos: int) -> tuple[int, int, T] | None:
+    """The one of ``spans`` = [(start, end, item), …] that holds the file offset ``pos``, if any."""
+    return next((span for span in spans if span[0] <= pos < span[1]), None)
 
 
 def _splice_into(out: Any, move: Any, limit: int) -> int:
@@ -135,12 +140,12 @@ class RangeParts:
         return moved
 
     def _splice_spanning(self, move: Any, limit: int) -> int:
-        for start, stop, out in self.parts:
-            if start <= self.pos < stop:
-                moved = _splice_into(out, move, min(limit, stop - self.pos))
-                self.pos += moved
-                return moved
-        return 0
+        span = span_at(self.parts, self.pos)
+        if span is None:  # between ranges: written, and dropped
+            return 0
+        moved = _splice_into(span[2], move, min(limit, span[1] - self.pos))
+        self.pos += moved
+        return moved
 
     def _spread(self, view: memoryview) -> None:
         """One range spanning the parts: each part's share of ``view`` to its writer."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from deltaport.client.byteranges import overlaps
+from deltaport.client.byteranges import overlaps, span_at
 from deltaport.client.download import ConnectionPool, RangesApart, copy_range, copy_ranges, copy_url
 from deltaport.client.errors import FileDownloadError
 from deltaport.client.model import FileAction
@@ -317,12 +317,12 @@ class _Slicer:
         """Up to ``limit`` of the next bytes taken straight from the socket, where they are a
         chunk's (the bytes between chunks are written, and dropped)."""
         assert isinstance(self.out, _Placed)
-        for start, stop, _ in self.spans:
-            if start <= self.pos < stop:
-                moved = self.out.splice_at(move, self.pos, min(limit, stop - self.pos))
-                self.pos += moved
-                return moved
-        return 0
+        span = span_at(self.spans, self.pos)
+        if span is None:
+            return 0
+        moved = self.out.splice_at(move, self.pos, min(limit, span[1] - self.pos))
+        self.pos += moved
+        return moved
 
 
 class _RangeIgnored(Exception):
