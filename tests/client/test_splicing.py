@@ -140,6 +140,38 @@ def test_a_server_that_stalls_or_closes_mid_body_is_an_error_to_retry(then, tmp_
     assert time.monotonic() - started < 5
 
 
+def test_one_range_spanning_the_parts_is_taken_from_the_socket_too(tmp_path):
+    data = os.urandom(400_000)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(
+            b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-399999/400000\r\n"
+            b"Content-Length: 400000\r\n\r\n" + data
+        )
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    target = tmp_path / "entry"
+    fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o600)
+    outs = [FileAt(fd, 0), FileAt(fd, 250_000)]
+    pool = ConnectionPool(timeout=5)
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/f"
+        copy_ranges(url, [(0, 150_000, outs[0]), (250_000, 400_000, outs[1])], pool=pool, file_id="f", size=400_000)
+    finally:
+        os.close(fd)
+        pool.close()
+        listener.close()
+    written = target.read_bytes()
+    assert written[:150_000] == data[:150_000]
+    assert written[250_000:400_000] == data[250_000:400_000]
+    assert not any(written[150_000:250_000])  # the bytes between the ranges were dropped
+    assert sum(out.moved for out in outs) > 200_000
+
+
 def test_after_a_failure_the_next_body_is_right(big_file, tmp_path):
     test_a_server_that_stalls_or_closes_mid_body_is_an_error_to_retry("close", tmp_path)  # drops the thread's pipe
     test_ranges_taken_from_the_socket_are_the_files_bytes(big_file, tmp_path)
