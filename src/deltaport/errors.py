@@ -151,6 +151,34 @@ class StorageUnavailable(StorageError):
     retry_after_seconds = 5
 
 
+class QueuedFailures:
+    """Storage failures of the holders of one queue (a table's lock; its share of the server's
+    threads). A caller that queued while a holder's storage failed fails the same way at once,
+    instead of trying the store again: when a store hangs, each queued caller would otherwise wait
+    out its own timeout in turn. Callers take a ``mark`` when they start to wait, ``check`` it once
+    they hold, and report what failed while they held with ``failed``; the queue's own lock (or
+    event loop) guards it."""
+
+    __slots__ = ("_count", "_last")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._last: StorageUnavailable | None = None
+
+    def mark(self) -> int:
+        return self._count
+
+    def check(self, mark: int) -> None:
+        """Raise, as a :class:`StorageUnavailable`, the failure of a holder since ``mark``."""
+        last = self._last
+        if self._count != mark and last is not None:
+            raise StorageUnavailable(last.message, detail=last.detail, location=last.location)
+
+    def failed(self, exc: StorageUnavailable) -> None:
+        self._last = exc
+        self._count += 1
+
+
 class StorageCredentialsRefused(StorageUnavailable):
     """The cloud refused the server's own storage credentials (or found them missing or unfit) when
     the server asked it for something on a recipient's behalf: the provider must fix them. A 503

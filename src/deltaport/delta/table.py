@@ -36,6 +36,7 @@ from deltaport.errors import (
     CorruptLog,
     NotADeltaTable,
     ObjectNotFound,
+    QueuedFailures,
     StorageUnavailable,
     TableFilesMissing,
     VersionNotFound,
@@ -80,8 +81,7 @@ class DeltaTable:
         self.cache = cache if cache is not None else default_cache()
         self.commit_cache = commit_cache if commit_cache is not None else default_commit_cache()
         self._lock = threading.RLock()
-        self._storage_failures = 0  # storage failures of lock holders so far (see _turn)
-        self._last_storage_failure: StorageUnavailable | None = None
+        self._failures = QueuedFailures()  # storage failures of the lock's holders (see _turn)
         self._listing: LogListing | None = None
         self._ict: dict[int, int | None] = {}
         # the config in effect at a version, as snapshots and change feeds worked it out (bounded:
@@ -99,16 +99,13 @@ class DeltaTable:
         fail the same way at once (a 503) instead of trying again: when a store hangs, requests
         queue here, and each would otherwise wait out its own timeout in turn, holding a server
         thread all the while (45 queued requests took the thread pool for minutes)."""
-        seen = self._storage_failures
+        mark = self._failures.mark()
         with self._lock:
-            failed = self._last_storage_failure
-            if self._storage_failures != seen and failed is not None:
-                raise StorageUnavailable(failed.message, detail=failed.detail, location=failed.location)
+            self._failures.check(mark)
             try:
                 yield
             except StorageUnavailable as exc:
-                self._last_storage_failure = exc
-                self._storage_failures += 1
+                self._failures.failed(exc)
                 raise
 
     # --- the log ----------------------------------------------------------------------------

@@ -7,10 +7,10 @@ reply; /version and /metadata go through ``app.state.table_calls``, which the ho
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 from fastapi import Header, Request
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from deltaport.server.ops import api_doc
@@ -139,7 +139,10 @@ async def query(
 ) -> Response:
     service = _service(request)
     body = await request.body()
-    reply = await run_in_threadpool(
+    reply = await request.app.state.table_calls.off_loop(
+        share,
+        schema,
+        table,
         service.query,
         service.principal(authorization),
         share,
@@ -169,7 +172,10 @@ async def query_info(
     service = _service(request)
     body = await request.body()
     who = service.principal(authorization)
-    reply = await run_in_threadpool(
+    reply = await request.app.state.table_calls.off_loop(
+        share,
+        schema,
+        table,
         service.query_info,
         who,
         share,
@@ -196,12 +202,14 @@ async def temporary_table_credentials(
     body = await request.body()
     who = service.principal(authorization)
     endpoint = service.config.public_url or str(request.base_url)
-    reply = await run_in_threadpool(service.table_credentials, who, share, schema, table, body, endpoint.rstrip("/"))
+    reply = await request.app.state.table_calls.off_loop(
+        share, schema, table, service.table_credentials, who, share, schema, table, body, endpoint.rstrip("/")
+    )
     return reply_response(reply)
 
 
 @router.get(TABLE + "/changes", tags=["tables"], dependencies=QUERY_CHECK)
-def changes(
+async def changes(
     share: str,
     schema: str,
     table: str,
@@ -230,7 +238,17 @@ def changes(
         "pageToken": pageToken,
     }
     who = service.principal(authorization)
-    reply = service.changes(
-        who, share, schema, table, params, delta_sharing_capabilities, str(request.base_url), fileidhash=fileidhash
+    reply = await request.app.state.table_calls.off_loop(
+        share,
+        schema,
+        table,
+        functools.partial(service.changes, fileidhash=fileidhash),
+        who,
+        share,
+        schema,
+        table,
+        params,
+        delta_sharing_capabilities,
+        str(request.base_url),
     )
     return reply_response(reply)
