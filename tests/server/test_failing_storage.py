@@ -253,7 +253,7 @@ class Meanwhile:
 
     def __init__(self, http: httpx.Client, slow) -> None:
         self.health: list[float] = []  # seconds of each /health answered before the slow call returned
-        self.local: int | None = None  # the local table's status, if it answered before then
+        self.local: int | None = None  # the local table's status, asked while the slow call waited
         worker = threading.Thread(target=lambda: setattr(self, "slow", _timed(slow)))
         worker.start()
         time.sleep(0.3)  # the slow call is waiting on storage now

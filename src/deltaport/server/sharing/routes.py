@@ -140,9 +140,6 @@ async def query(
     service = _service(request)
     body = await request.body()
     reply = await request.app.state.table_calls.off_loop(
-        share,
-        schema,
-        table,
         service.query,
         service.principal(authorization),
         share,
@@ -173,9 +170,6 @@ async def query_info(
     body = await request.body()
     who = service.principal(authorization)
     reply = await request.app.state.table_calls.off_loop(
-        share,
-        schema,
-        table,
         service.query_info,
         who,
         share,
@@ -203,7 +197,7 @@ async def temporary_table_credentials(
     who = service.principal(authorization)
     endpoint = service.config.public_url or str(request.base_url)
     reply = await request.app.state.table_calls.off_loop(
-        share, schema, table, service.table_credentials, who, share, schema, table, body, endpoint.rstrip("/")
+        service.table_credentials, who, share, schema, table, body, endpoint.rstrip("/")
     )
     return reply_response(reply)
 
@@ -239,9 +233,6 @@ async def changes(
     }
     who = service.principal(authorization)
     reply = await request.app.state.table_calls.off_loop(
-        share,
-        schema,
-        table,
         functools.partial(service.changes, fileidhash=fileidhash),
         who,
         share,

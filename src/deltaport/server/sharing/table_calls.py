@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from deltaport.server.fast.freshness import LatestState
 from deltaport.server.sharing.gates import TableGates
+from deltaport.server.sharing.registry import Principal
 from deltaport.server.sharing.replies import reply_response
 from deltaport.server.sharing.service import SharingService
 
@@ -38,10 +39,13 @@ class TableCalls:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
-    async def off_loop(self, share: str, schema: str, table: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, work on the table ``share.schema.table``, in the framework's thread pool
-        once the table's gate lets it through."""
-        return await self.gates.run(share, schema, table, functools.partial(run_in_threadpool, fn, *args))
+    async def off_loop(
+        self, fn: Callable[..., Any], who: Principal, share: str, schema: str, table: str, *args: Any
+    ) -> Any:
+        """``fn(who, share, schema, table, *args)`` in the framework's thread pool, once the
+        table's gate lets it through."""
+        call = functools.partial(run_in_threadpool, fn, who, share, schema, table, *args)
+        return await self.gates.run(share, schema, table, call)
 
     async def version(
         self,
@@ -58,7 +62,7 @@ class TableCalls:
         if since is None:
             reply = await service.latest_table_version(who, share, schema, table, self.latest)
         else:
-            reply = await self.off_loop(share, schema, table, service.table_version, who, share, schema, table, since)
+            reply = await self.off_loop(service.table_version, who, share, schema, table, since)
         return reply_response(reply, head=head)
 
     async def metadata(
@@ -71,7 +75,5 @@ class TableCalls:
         if version is None and timestamp is None:
             reply = await service.latest_metadata(who, share, schema, table, capabilities, self.latest)
         else:
-            reply = await self.off_loop(
-                share, schema, table, service.metadata, who, share, schema, table, version, timestamp, capabilities
-            )
+            reply = await self.off_loop(service.metadata, who, share, schema, table, version, timestamp, capabilities)
         return reply_response(reply)
